@@ -1,0 +1,101 @@
+"""The `accelport` command line: a thin skin over the library.
+
+Each command lives in its own module in this package and exposes
+`register(subparsers)`; the module's `ORDER` sets its place in `--help`.
+Command modules import heavy libraries (torch, triton, libcst) inside their
+handlers, so `accelport --help` and `accelport inventory` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from accelport import __version__
+from accelport.errors import UserError
+
+EXIT_OK = 0
+EXIT_FAIL = 1  # the command ran and its verdict is "fail" (threshold reached, check failed)
+EXIT_USAGE = 2  # bad usage or bad input: one line on stderr names the file and the fix
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0  done (and, for checks, passed)
+  1  done, and the verdict is fail: a --fail-on threshold was reached, a check failed,
+     files were skipped, or (for --check) changes would be made
+  2  usage or input error: a missing path, a file that cannot be read or parsed,
+     an invalid spec; one line on stderr says which file and what to do
+"""
+
+
+def _command_modules() -> list:
+    modules = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_") or info.ispkg:
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "register"):
+            modules.append(module)
+    return sorted(modules, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="accelport",
+        description=(
+            "Move CUDA-bound PyTorch code to any accelerator PyTorch can drive, and prove the move: "
+            "inventory -> route -> rewrite -> operator coverage -> verify -> run both stacks."
+        ),
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"accelport {__version__}")
+    parser.add_argument(
+        "--knowledge",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="site knowledge file (TOML) that adds or overrides vendors, APIs or packages; repeatable",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in _command_modules():
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # accelport's CPU-side tools must not fail because a vendor adapter is half-installed
+    # (torch imports every backend entry point; a broken one makes `import torch` raise).
+    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+        format="accelport: %(levelname)s: %(message)s",
+    )
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        if args.knowledge:
+            from accelport import knowledge
+
+            knowledge.set_user_files(args.knowledge)
+        return int(args.handler(args) or 0)
+    except UserError as exc:
+        print(f"accelport: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("accelport: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # Output piped into `head` and closed early: not an error worth a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK

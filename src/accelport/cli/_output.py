@@ -1,0 +1,98 @@
+"""Terminal helpers shared by the commands: where output goes, colour, progress."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from accelport.errors import UserError
+from accelport.fileio import atomic_write_bytes, atomic_write_text
+
+
+def emit(content: str | bytes, output: str | None) -> None:
+    """Print `content`, or write it atomically to `output` when one is given ('-' is stdout)."""
+    if output and output != "-":
+        path = Path(output)
+        if path.is_dir():
+            raise UserError(f"{output}: is a directory; give a file name for -o")
+        try:
+            if isinstance(content, bytes):
+                atomic_write_bytes(path, content)
+            else:
+                atomic_write_text(path, content)
+        except OSError as exc:
+            raise UserError(f"{output}: cannot write ({exc.strerror}); choose another -o path") from None
+        return
+    if isinstance(content, bytes):
+        sys.stdout.buffer.write(content)
+    else:
+        sys.stdout.write(content)
+    sys.stdout.flush()
+
+
+def use_color(stream=None) -> bool:
+    stream = stream or sys.stdout
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+class Style:
+    """ANSI styling that turns itself off when output is not a terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def _wrap(self, code: str, text: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.enabled else text
+
+    def bold(self, text: str) -> str:
+        return self._wrap("1", text)
+
+    def dim(self, text: str) -> str:
+        return self._wrap("2", text)
+
+    def red(self, text: str) -> str:
+        return self._wrap("31", text)
+
+    def green(self, text: str) -> str:
+        return self._wrap("32", text)
+
+    def yellow(self, text: str) -> str:
+        return self._wrap("33", text)
+
+    def cyan(self, text: str) -> str:
+        return self._wrap("36", text)
+
+
+class Progress:
+    """A one-line progress bar on stderr, shown only on a terminal and only for long runs."""
+
+    def __init__(self, total: int, label: str, min_total: int = 200) -> None:
+        self.total = total
+        self.label = label
+        self.done = 0
+        self.enabled = total >= min_total and sys.stderr.isatty()
+        self._last = 0.0
+
+    def advance(self, count: int = 1) -> None:
+        self.done += count
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._last < 0.1 and self.done < self.total:
+            return
+        self._last = now
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + " " * 79 + "\r")
+            sys.stderr.flush()

@@ -1,0 +1,1 @@
+"""What migrated or unmodified programs import at run time (`accelport.compat`, the redirect shim) and machine facts."""

@@ -1,0 +1,38 @@
+"""Shared test fixtures: run the CLI in-process and capture what it prints."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# Tests never load a vendor adapter by accident (a half-installed one breaks `import torch`).
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run `accelport ARGS...` in this process; returns exit code, stdout and stderr."""
+    from accelport.cli import main
+
+    def run(*args: str) -> CliResult:
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse errors and --help
+            code = exc.code if isinstance(exc.code, int) else 2
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
