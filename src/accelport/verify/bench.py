@@ -16,6 +16,7 @@ Two ways in:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -176,8 +177,8 @@ def bootstrap_median_ci(values: Sequence[float], level: float = 0.95, resamples:
     rng = random.Random(seed)
     k = len(values)
     medians = sorted(statistics.median(rng.choices(values, k=k)) for _ in range(resamples))
-    low = medians[max(0, int(math.floor((1 - level) / 2 * resamples)))]
-    high = medians[min(resamples - 1, int(math.ceil((1 + level) / 2 * resamples)) - 1)]
+    low = medians[max(0, math.floor((1 - level) / 2 * resamples))]
+    high = medians[min(resamples - 1, math.ceil((1 + level) / 2 * resamples) - 1)]
     return (low, high)
 
 
@@ -445,10 +446,8 @@ def _reset_peak() -> None:
     torch = sys.modules.get("torch")
     accelerator = getattr(torch, "accelerator", None) if torch is not None else None
     if accelerator is not None and accelerator.is_available():
-        try:
+        with contextlib.suppress(RuntimeError, AttributeError):
             accelerator.reset_peak_memory_stats()
-        except (RuntimeError, AttributeError):
-            pass
 
 
 def read_step_log(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
@@ -540,9 +539,8 @@ def run_command(
         records.extend(new)
         if records:
             times = [r["dt"] for r in records if r.get("dt") is not None]
-            if proc.returncode not in (0, None) and not rule.done(times, time.monotonic() - started):
-                if proc.returncode > 0:
-                    raise UserError(f"{' '.join(command)}: exited with code {proc.returncode} after {len(records)} step(s); fix the script and re-run")
+            if proc.returncode is not None and proc.returncode > 0 and not rule.done(times, time.monotonic() - started):
+                raise UserError(f"{' '.join(command)}: exited with code {proc.returncode} after {len(records)} step(s); fix the script and re-run")
             if len(times) <= rule.warmup:
                 raise UserError(f"{' '.join(command)}: only {len(times)} measured step interval(s) for {rule.warmup} warm-up steps; run more steps or lower --warmup")
             peaks = [r.get("device_peak") for r in records[rule.warmup :] if r.get("device_peak") is not None]

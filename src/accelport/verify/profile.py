@@ -733,3 +733,129 @@ def _pair(base: float | None, test: float | None, fmt: str, scale: float = 1.0) 
 
 def as_rows(rows: Sequence[DiffRow]) -> list[list[object]]:
     return [row_cells(r) for r in rows]
+
+
+def add_diff_to_page(page: Any, result: ProfileDiff, limit: int = 25) -> None:
+    """Cards, the waterfall of the delta and the row table, appended to an `HtmlPage`."""
+    from accelport.report.waterfall import waterfall_chart
+
+    ratio = result.ratio
+    page.cards(
+        [
+            ("base ms/step", f"{result.base.total / 1000:.3f}"),
+            ("test ms/step", f"{result.test.total / 1000:.3f}"),
+            ("delta ms/step", f"{result.total_delta / 1000:+.3f}"),
+            ("test/base", "-" if ratio is None else f"{ratio:.2f}x"),
+        ]
+    )
+    page.table(["side", "trace"], describe_sides(result), code_columns=(1,))
+    shown = top_rows(result, min(limit, 15))
+    page.svg(
+        waterfall_chart(
+            ("base step", result.base.total / 1000),
+            [(f"{r.module} {r.op}".strip(), r.delta / 1000) for r in shown],
+            "test step",
+            title="Where the step-time delta comes from",
+            unit="ms",
+        ),
+        caption="Each bar is one op in one module; red adds time, green saves it. Bars add up to the test step time.",
+    )
+    page.table(list(ROW_HEADERS), as_rows(top_rows(result, limit)), code_columns=(0, 1, 10))
+
+
+def render_html(result: ProfileDiff, limit: int = 25) -> str:
+    from accelport.report.html import HtmlPage
+
+    page = HtmlPage("accelport profile-diff", "per-op time per profiled step; rows add up to the end-to-end delta")
+    add_diff_to_page(page, result, limit)
+    return page.render()
+
+
+def render_text(result: ProfileDiff, limit: int = 25) -> str:
+    from accelport.report.table import text_table
+
+    lines = [f"{name}: {text}" for name, text in describe_sides(result)]
+    ratio = result.ratio
+    lines.append(
+        f"step time: base {format_ms(result.base.total)} ms, test {format_ms(result.test.total)} ms, "
+        f"delta {result.total_delta / 1000:+.3f} ms ({'-' if ratio is None else f'{ratio:.2f}x'}); "
+        f"rows add up to {sum(r.delta for r in result.rows) / 1000:+.3f} ms"
+    )
+    return "\n".join(lines) + "\n\n" + text_table(ROW_HEADERS, as_rows(top_rows(result, limit)))
+
+
+def render_single(profile: TraceProfile, limit: int = 15) -> str:
+    """The breakdown of one trace: its largest rows."""
+    from accelport.report.table import text_table
+
+    rows = sorted(profile.rows.items(), key=lambda item: -item[1].time)
+    shown = [
+        [key[0] or "-", key[1], f"{s.calls:.3g}", format_ms(s.time), f"{s.time / profile.total * 100:.1f}%" if profile.total else "-",
+         f"{s.kernels_per_call:.3g}", s.shapes[:48]]
+        for key, s in rows[:limit]
+    ]
+    head = f"{profile.path}: {format_ms(profile.total)} ms per step over {profile.steps} step(s) ({profile.step_source})\n\n"
+    return head + text_table(["module", "op", "calls", "ms/step", "share", "kernels/call", "input shapes"], shown)
+
+
+# --------------------------------------------------------------------------- `accelport profile -- python script.py`
+
+
+def _child(argv: Sequence[str]) -> int:
+    """Run a script under the profiler (started by `accelport profile` as `python -m accelport.verify.profile`)."""
+    import argparse
+    import runpy
+    import sys
+
+    parser = argparse.ArgumentParser(prog="accelport-profile-child")
+    parser.add_argument("--trace", required=True)
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("script")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    sys.argv = [args.script, *args.args]
+    sys.path.insert(0, str(Path(args.script).resolve().parent))
+    if args.steps:
+        from accelport.verify import bench
+
+        session = profiling(args.trace, steps=args.steps, warmup=args.warmup)
+        step = session.__enter__()
+
+        def hook() -> bool:
+            if step():
+                return True
+            session.__exit__(None, None, None)
+            raise SystemExit(0)  # the profiled steps are done (documented: the run stops here)
+
+        bench.add_step_hook(hook)
+        try:
+            runpy.run_path(args.script, run_name="__main__")
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise
+        else:
+            session.__exit__(None, None, None)
+        return 0
+    import torch
+
+    with ModuleScopes(), torch.profiler.profile(activities=choose_activities(), record_shapes=True) as prof:
+        try:
+            runpy.run_path(args.script, run_name="__main__")
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise
+    target = Path(args.trace)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        prof.export_chrome_trace(str(tmp))
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_child(sys.argv[1:]))

@@ -18,6 +18,7 @@ loss and grad norm. The verdict fails on:
 from __future__ import annotations
 
 import collections
+import contextlib
 import faulthandler
 import json
 import math
@@ -90,8 +91,8 @@ def theil_sen(xs: Sequence[float], ys: Sequence[float], max_pairs: int = 20000, 
         return (math.nan, math.nan, math.nan)
     count = len(slopes)
     spread = 1.96 * math.sqrt(n * (n - 1) * (2 * n + 5) / 18.0) * count / total
-    low = slopes[max(0, int(math.floor((count - spread) / 2)))]
-    high = slopes[min(count - 1, int(math.ceil((count + spread) / 2)))]
+    low = slopes[max(0, math.floor((count - spread) / 2))]
+    high = slopes[min(count - 1, math.ceil((count + spread) / 2))]
     return (statistics.median(slopes), low, high)
 
 
@@ -431,14 +432,10 @@ def run_command(
     finally:
         if hang is not None and proc.poll() is None:
             marker = len(tails["stderr"])
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGABRT)
-            except ProcessLookupError:
-                pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
             for reader in readers:
                 reader.join(timeout=2)
             hang["stacks"] = "\n".join(list(tails["stderr"])[max(0, marker - len(tails["stderr"])) :][-200:])

@@ -1,0 +1,58 @@
+"""`accelport comm`: check collectives across N local processes; bandwidth in nccl-tests' layout.
+
+    accelport comm --ranks 4 -b 8 -e 16M -f 4
+    accelport comm --ranks 8 --preload torch_npu --save comm.json
+
+Every result is compared exactly with the expected values; a wrong element
+makes the verdict fail (exit 1). Uses the current device's default
+torch.distributed backend (gloo on CPU) unless --backend says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from accelport.cli._output import emit
+from accelport.fileio import atomic_write_text
+
+ORDER = 64
+
+
+def run(args: argparse.Namespace) -> int:
+    from accelport.verify import comm
+
+    sizes = comm.sizes_between(comm.parse_size(args.min_bytes), comm.parse_size(args.max_bytes), args.step_factor)
+    collectives = args.collectives.split(",") if args.collectives else list(comm.COLLECTIVES)
+    with tempfile.TemporaryDirectory(prefix="accelport-comm-") as scratch:
+        result = comm.run(args.ranks, collectives=collectives, sizes=sizes, dtype=args.dtype, iters=args.iters,
+                          warmup=args.warmup_iters, backend=args.backend, preload=args.preload or (),
+                          timeout_s=args.timeout, workdir=Path(args.workdir or scratch))
+    data = result.to_dict()
+    if args.save:
+        atomic_write_text(Path(args.save), json.dumps(data, indent=2) + "\n")
+    emit(json.dumps(data, indent=2) + "\n" if args.format == "json" else comm.render_table(result), args.output)
+    return 0 if result.passed else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("comm", help="check collectives across local processes; algbw/busbw",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-n", "--ranks", type=int, default=2, help="processes (default: %(default)s)")
+    parser.add_argument("-b", "--min-bytes", default="1K", help="smallest message (default: %(default)s)")
+    parser.add_argument("-e", "--max-bytes", default="1M", help="largest message (default: %(default)s)")
+    parser.add_argument("-f", "--step-factor", type=int, default=4, help="size multiplier (default: %(default)s)")
+    parser.add_argument("--collectives", metavar="LIST", help="comma-separated subset of all_reduce,all_gather,reduce_scatter,broadcast,all_to_all")
+    parser.add_argument("--dtype", default="float32", help="float32, float16, bfloat16, int32, int64, float64 (default: %(default)s)")
+    parser.add_argument("--iters", type=int, default=20, help="timed iterations (default: %(default)s)")
+    parser.add_argument("--warmup-iters", type=int, default=5, help="untimed iterations (default: %(default)s)")
+    parser.add_argument("--backend", help="torch.distributed backend (default: the device's default)")
+    parser.add_argument("--preload", action="append", metavar="MODULE", help="import MODULE in every rank first (e.g. torch_npu); repeatable")
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="a rank slower than this is a hang (default: %(default)s)")
+    parser.add_argument("--workdir", metavar="DIR", help="keep per-rank logs and results here")
+    parser.add_argument("--save", metavar="FILE", help="save the result as JSON, for accept")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    parser.set_defaults(handler=run)
