@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import ast
 
-from accelport.inventory.python.context import PyContext, lookup_api, lookup_package, package_statuses
+from accelport.inventory.python.context import (
+    PyContext,
+    lookup_api,
+    lookup_package,
+    package_statuses,
+)
 from accelport.inventory.python.rules import on
 
 
@@ -30,7 +35,7 @@ def report_package(ctx: PyContext, node: ast.AST, module: str, entry: dict, via:
 def _report_imported(ctx: PyContext, alias: ast.alias, qualname: str) -> None:
     found = lookup_api(qualname)
     if found is not None:
-        symbol, entry = found
+        _symbol, entry = found
         ctx.report(entry["rule"], alias, qualname, replacement=entry.get("replacement"), entry=entry)
         return
     package = lookup_package(qualname)

@@ -28,7 +28,7 @@ def api_chain(ctx: PyContext, node: ast.Attribute | ast.Name) -> None:
         return
     found = lookup_api(qualname)
     if found is not None:
-        symbol, entry = found
+        _symbol, entry = found
         if isinstance(node, ast.Attribute) or _bound_by_from_import(ctx, node):
             ctx.report(entry["rule"], node, qualname, replacement=entry.get("replacement"), entry=entry)
         return
