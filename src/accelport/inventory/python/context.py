@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Mapping
-from functools import cache
 from typing import Any
 
 from accelport import knowledge
@@ -27,7 +26,7 @@ def is_device_string(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and DEVICE_RE.fullmatch(node.value) is not None
 
 
-@cache
+@knowledge.derived_cache
 def _api_index() -> tuple[dict[str, dict], list[tuple[str, dict]]]:
     exact = {}
     prefixes = []
@@ -55,7 +54,7 @@ def lookup_api(qualname: str) -> tuple[str, dict] | None:
     return None
 
 
-@cache
+@knowledge.derived_cache
 def _package_index() -> list[tuple[str, dict]]:
     return sorted(knowledge.packages().items(), key=lambda kv: -len(kv[0]))
 
@@ -69,6 +68,13 @@ def lookup_package(qualname: str) -> tuple[str, dict] | None:
 
 
 def package_statuses(entry: Mapping[str, Any]) -> dict[str, BackendStatus]:
+    return _package_statuses(entry["module"])
+
+
+@knowledge.derived_cache
+def _package_statuses(module: str) -> dict[str, BackendStatus]:
+    # One shared (never mutated) dict per package: findings pickle it once per batch.
+    entry = knowledge.packages()[module]
     statuses = {}
     alternatives = entry.get("alternatives", {})
     unsupported = set(entry.get("unsupported", ()))
@@ -88,6 +94,13 @@ def package_statuses(entry: Mapping[str, Any]) -> dict[str, BackendStatus]:
 
 def api_statuses(rule_id: str, entry: Mapping[str, Any] | None) -> dict[str, BackendStatus]:
     """Per-vendor status of a torch API finding: ok where torch.cuda is reused, else by the rule's fixability."""
+    return _api_statuses(rule_id, (entry or {}).get("symbol"))
+
+
+@knowledge.derived_cache
+def _api_statuses(rule_id: str, symbol: str | None) -> dict[str, BackendStatus]:
+    # One shared (never mutated) dict per rule and API: findings pickle it once per batch.
+    entry = knowledge.torch_api()[symbol] if symbol else None
     rule = knowledge.rules()[rule_id]
     others = BackendStatus.PORTABLE if rule.autofix or (entry or {}).get("replacement") else BackendStatus.UNKNOWN
     return backend_statuses(others=others, overrides=(entry or {}).get("backends"))
@@ -105,6 +118,12 @@ class PyContext:
         self.consumed: set[int] = set()  # id() of string nodes already reported in a device position
         self.strings: list[ast.Constant] = []  # device-like strings, judged after the walk
         self._seen: set[tuple[str, int, int]] = set()
+        # Parent links live here, not on the nodes, so a tree has no reference
+        # cycles and is freed as soon as its file is done.
+        self.parents: dict[int, ast.AST] = {}
+
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        return self.parents.get(id(node))
 
     # ----------------------------------------------------------------- resolution
 

@@ -45,6 +45,8 @@ PROCESS_GROUP = frozenset(
 CPP_EXTENSION_LOAD = frozenset({"torch.utils.cpp_extension.load"})
 CPP_EXTENSION_INLINE = frozenset({"torch.utils.cpp_extension.load_inline"})
 PROFILERS = frozenset({"torch.autograd.profiler.profile", "torch.profiler.profile", "torch.autograd.profiler.record_function"})
+# Calls judged by qualified name: a line that uses one under an alias (`DDP(...)`) must be walked.
+RESOLVED_CALLS = DDP | CPP_EXTENSION_LOAD | CPP_EXTENSION_INLINE | PROFILERS | GRAD_SCALERS | PROCESS_GROUP
 
 
 def check_device_value(ctx: PyContext, node: ast.AST | None, rule_id: str = "AP1001") -> bool:

@@ -28,13 +28,13 @@ def _check_named_value(ctx: PyContext, name: str | None, value: ast.AST | None, 
         ctx.report("AP1301", value, "nccl", replacement="torch.distributed.get_default_backend_for_device(device)")
 
 
-def _in_class_body(node: ast.AST) -> bool:
-    return isinstance(getattr(node, "ap_parent", None), ast.ClassDef)
+def _in_class_body(ctx: PyContext, node: ast.AST) -> bool:
+    return isinstance(ctx.parent(node), ast.ClassDef)
 
 
 @on(ast.Assign)
 def assignment(ctx: PyContext, node: ast.Assign) -> None:
-    rule_id = "AP1003" if _in_class_body(node) else "AP1001"
+    rule_id = "AP1003" if _in_class_body(ctx, node) else "AP1001"
     for target in node.targets:
         _check_named_value(ctx, _target_name(target), node.value, rule_id)
 
@@ -42,7 +42,7 @@ def assignment(ctx: PyContext, node: ast.Assign) -> None:
 @on(ast.AnnAssign)
 def annotated_assignment(ctx: PyContext, node: ast.AnnAssign) -> None:
     # `device: str = "cuda"` in a dataclass or config class is a configuration default.
-    rule_id = "AP1003" if _in_class_body(node) else "AP1001"
+    rule_id = "AP1003" if _in_class_body(ctx, node) else "AP1001"
     _check_named_value(ctx, _target_name(node.target), node.value, rule_id)
 
 

@@ -13,8 +13,8 @@ ENV_RE = re.compile(
 )
 
 
-def _is_docstring(node: ast.Constant) -> bool:
-    return isinstance(getattr(node, "ap_parent", None), ast.Expr)
+def _is_docstring(ctx: PyContext, node: ast.Constant) -> bool:
+    return isinstance(ctx.parent(node), ast.Expr)
 
 
 def env_rule(name: str) -> str:
@@ -25,8 +25,8 @@ def env_rule(name: str) -> str:
     return "AP1603"
 
 
-def _access(node: ast.Constant) -> str:
-    parent = getattr(node, "ap_parent", None)
+def _access(ctx: PyContext, node: ast.Constant) -> str:
+    parent = ctx.parent(node)
     if isinstance(parent, ast.Subscript):
         return "written" if isinstance(parent.ctx, ast.Store | ast.Del) else "read"
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute):
@@ -42,12 +42,12 @@ def _access(node: ast.Constant) -> str:
 @on(ast.Constant)
 def string_literal(ctx: PyContext, node: ast.Constant) -> None:
     value = node.value
-    if not isinstance(value, str) or len(value) > 64 or _is_docstring(node):
+    if not isinstance(value, str) or len(value) > 64 or _is_docstring(ctx, node):
         return
-    if isinstance(getattr(node, "ap_parent", None), ast.JoinedStr):
+    if isinstance(ctx.parent(node), ast.JoinedStr):
         return  # a piece of an f-string; the f-string is judged as a whole
     if ENV_RE.fullmatch(value):
-        ctx.report(env_rule(value), node, value, message=f"{value} is {_access(node)}: {_ENV_WHY[env_rule(value)]}")
+        ctx.report(env_rule(value), node, value, message=f"{value} is {_access(ctx, node)}: {_ENV_WHY[env_rule(value)]}")
     elif DEVICE_RE.fullmatch(value) or value == "nccl":
         ctx.strings.append(node)
 

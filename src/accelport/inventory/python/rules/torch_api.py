@@ -9,8 +9,8 @@ from accelport.inventory.python.rules import on
 from accelport.inventory.python.rules.imports import report_package
 
 
-def _is_outermost(node: ast.AST) -> bool:
-    parent = getattr(node, "ap_parent", None)
+def _is_outermost(ctx: PyContext, node: ast.AST) -> bool:
+    parent = ctx.parent(node)
     return not (isinstance(parent, ast.Attribute) and parent.value is node)
 
 
@@ -19,7 +19,7 @@ def api_chain(ctx: PyContext, node: ast.Attribute | ast.Name) -> None:
     if isinstance(node, ast.Attribute) and node.attr == "is_cuda":
         ctx.report("AP1005", node, "is_cuda", replacement="x.device.type == device.type")
         return
-    if not _is_outermost(node):
+    if not _is_outermost(ctx, node):
         return
     qualname = ctx.qualname(node)
     if qualname is None or "." not in qualname:
