@@ -1,0 +1,84 @@
+"""Demo step: measure the example's training step (bench, profile, soak, collectives) and write the acceptance report."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from accelport.fileio import atomic_write_text
+
+TITLE = "acceptance: speed, stability and collectives of the example -> one report"
+
+
+def _train_step(app: Path):
+    """A TinyLM training step on the CPU, built from the example's own model.py."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location("legacy_cuda_app_model", app / "model.py")
+    model_module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = model_module
+    spec.loader.exec_module(model_module)
+    model = model_module.build_model(seed=0)
+    tokens, targets = model_module.example_batch(batch_size=4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = model_module.loss_fn(model(tokens), targets)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return model, step, tokens.numel()
+
+
+def run(ctx) -> bool:
+    from accelport.verify import accept, bench, comm, profile, soak
+
+    out = ctx.workdir / "accept"
+    out.mkdir(parents=True, exist_ok=True)
+    model, step, tokens = _train_step(ctx.app)
+    rule = bench.StopRule(warmup=3, min_steps=10, max_steps=60, budget_s=4.0)
+    # One machine here: the reference run and the migrated run both use this CPU. On real
+    # hardware the reference files come from the CUDA machine (`accelport bench --save`).
+    reference = bench.run(step, scenario="tinylm-train-step", rule=rule, samples_per_step=4, tokens_per_step=tokens)
+    migrated = bench.run(step, scenario="tinylm-train-step", rule=rule, samples_per_step=4, tokens_per_step=tokens)
+    for name, result in (("bench-reference.json", reference), ("bench-cpu.json", migrated)):
+        atomic_write_text(out / name, json.dumps(result.to_dict(), indent=2) + "\n")
+    profile.capture(step, out / "trace-reference.json", steps=2, warmup=1, model=model)
+    profile.capture(step, out / "trace-cpu.json", steps=2, warmup=1, model=model)
+    soaked = soak.run(step, steps=40, limits=soak.SoakLimits(hang_timeout_s=60.0))
+    atomic_write_text(out / "soak-cpu.json", json.dumps(soaked.to_dict(), indent=2) + "\n")
+    collectives = comm.run(2, sizes=(1 << 12, 1 << 16), iters=3, warmup=1, workdir=out / "comm", timeout_s=60.0)
+    atomic_write_text(out / "comm-cpu.json", json.dumps(collectives.to_dict(), indent=2) + "\n")
+    spec = [
+        'title = "legacy_cuda_app: TinyLM migrated to CPU"',
+        "",
+        "[[performance]]",
+        'name = "TinyLM train step (reference and migrated both on this CPU)"',
+        'result = "bench-cpu.json"',
+        'baseline = "bench-reference.json"',
+        "floor = 0.6",
+        'base_trace = "trace-reference.json"',
+        'test_trace = "trace-cpu.json"',
+        "",
+        "[[stability]]",
+        'name = "40-step soak"',
+        'result = "soak-cpu.json"',
+        "",
+        "[[collectives]]",
+        'name = "gloo, 2 ranks"',
+        'result = "comm-cpu.json"',
+    ]
+    atomic_write_text(out / "acceptance.toml", "\n".join(spec) + "\n")
+    report = accept.evaluate(accept.load_spec(out / "acceptance.toml"))
+    paths = accept.write_reports(report, out)
+    ctx.say(accept.render_text(report).rstrip())
+    ctx.say("correctness and precision are not in this spec: they take dumps and loss curves from the "
+            "numerics steps (accelport dump/compare/curves); add [correctness] and [precision] when those exist")
+    ctx.say(f"\nacceptance report: {paths['html']}")
+    ctx.say(f"also: {paths['junit']}, {paths['json']}")
+    ctx.results["accept"] = report
+    return report.passed

@@ -1,0 +1,463 @@
+"""Acceptance: one spec of thresholds in, one verdict out (self-contained HTML with plots, JUnit XML, JSON).
+
+A spec (TOML) names what was measured on both machines and what counts as
+acceptable. Paths are relative to the spec file. Every section is optional,
+but a spec must have at least one:
+
+    title = "TinyLM: CUDA -> Ascend"
+
+    [correctness]                 # accelport.verify.compare.compare_dumps
+    reference = "dumps/cuda"
+    test = "dumps/npu"
+    options = { atol = 1e-3 }     # passed to compare_dumps
+
+    [precision]                   # accelport.verify.curves.compare_curves
+    reference = "curves/cuda.csv"
+    tests = ["curves/npu.csv"]
+    options = {}                  # passed to compare_curves
+
+    [[performance]]               # accelport bench --save results
+    name = "train step"
+    result = "bench/npu.json"
+    baseline = "bench/cuda.json"
+    floor = 0.6                   # pass at >= 60% of baseline throughput
+    base_trace = "traces/cuda.json"   # optional: explain the ratio per op
+    test_trace = "traces/npu.json"
+
+    [[stability]]                 # accelport soak --save results
+    name = "72h soak"
+    result = "soak/npu.json"
+
+    [[collectives]]               # accelport comm --save results
+    name = "8 ranks"
+    result = "comm/npu.json"
+    min_busbw_gbps = 100.0        # optional
+
+A check that cannot run (a missing library, a file that does not load) is an
+error, never a pass: the verdict fails and the report says why.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from accelport import __version__
+from accelport.errors import UserError
+
+RESULT_KIND = "accelport.accept"
+SECTIONS = ("correctness", "precision", "performance", "stability", "collectives")
+TITLES = {
+    "correctness": "Correctness (numerics)",
+    "precision": "Precision (training curves)",
+    "performance": "Performance",
+    "stability": "Stability (soak)",
+    "collectives": "Collectives",
+}
+
+# key -> (type, required); "path" is a file or folder relative to the spec.
+_SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
+    "correctness": {"name": ("str", False), "reference": ("path", True), "test": ("path", True), "options": ("table", False)},
+    "precision": {"name": ("str", False), "reference": ("path", True), "tests": ("paths", True), "options": ("table", False)},
+    "performance": {
+        "name": ("str", False),
+        "result": ("path", True),
+        "baseline": ("path", True),
+        "floor": ("number", False),
+        "base_trace": ("path", False),
+        "test_trace": ("path", False),
+        "top": ("int", False),
+    },
+    "stability": {"name": ("str", False), "result": ("path", True)},
+    "collectives": {"name": ("str", False), "result": ("path", True), "min_busbw_gbps": ("number", False)},
+}
+_MULTI = ("performance", "stability", "collectives")
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: Path
+    title: str
+    sections: dict[str, list[dict[str, Any]]]  # section -> entries with paths resolved
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a spec; every problem is a UserError naming the file and the key."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: spec not found; write one (see `accelport accept --help`)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read spec ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML ({exc}); fix the spec") from None
+    unknown = sorted(set(data) - {"title", *SECTIONS})
+    if unknown:
+        raise UserError(f"{path}: unknown key(s) {', '.join(unknown)}; allowed: title, {', '.join(SECTIONS)}")
+    title = data.get("title", "accelport acceptance report")
+    if not isinstance(title, str):
+        raise UserError(f"{path}: title must be a string")
+    sections: dict[str, list[dict[str, Any]]] = {}
+    for section in SECTIONS:
+        if section not in data:
+            continue
+        raw = data[section]
+        entries = raw if isinstance(raw, list) else [raw]
+        if section not in _MULTI and isinstance(raw, list):
+            raise UserError(f"{path}: [{section}] is a single table; write [{section}], not [[{section}]]")
+        if not entries or not all(isinstance(e, dict) for e in entries):
+            raise UserError(f"{path}: [{section}] must be a table" + (f" or [[{section}]] tables" if section in _MULTI else ""))
+        sections[section] = [_validate_entry(path, section, i, entry) for i, entry in enumerate(entries)]
+    if not sections:
+        raise UserError(f"{path}: the spec has no section; add at least one of {', '.join(SECTIONS)}")
+    return Spec(path=path, title=title, sections=sections)
+
+
+def _validate_entry(spec: Path, section: str, index: int, entry: dict[str, Any]) -> dict[str, Any]:
+    schema = _SCHEMA[section]
+    where = f"{spec}: [{section}]" + (f" #{index + 1}" if section in _MULTI else "")
+    unknown = sorted(set(entry) - set(schema))
+    if unknown:
+        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(schema)}")
+    out: dict[str, Any] = {"name": entry.get("name") or (section if section not in _MULTI else f"{section} {index + 1}")}
+    for key, (kind, required) in schema.items():
+        if key not in entry:
+            if required:
+                raise UserError(f"{where}: missing {key}")
+            continue
+        value = entry[key]
+        if kind == "str" and not isinstance(value, str):
+            raise UserError(f"{where}: {key} must be a string")
+        if kind == "number" and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+            raise UserError(f"{where}: {key} must be a positive number (got {value!r})")
+        if kind == "int" and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise UserError(f"{where}: {key} must be a positive integer (got {value!r})")
+        if kind == "table" and not isinstance(value, dict):
+            raise UserError(f"{where}: {key} must be a table, e.g. {key} = {{ atol = 1e-3 }}")
+        if kind in ("path", "paths"):
+            values = value if kind == "paths" else [value]
+            if kind == "paths" and (not isinstance(value, list) or not value):
+                raise UserError(f"{where}: {key} must be a non-empty list of paths")
+            resolved = []
+            for item in values:
+                if not isinstance(item, str) or not item:
+                    raise UserError(f"{where}: {key} must be a path string")
+                target = (spec.parent / item).resolve()
+                if not target.exists():
+                    raise UserError(f"{where}: {key} = {item!r} does not exist (paths are relative to the spec)")
+                resolved.append(target)
+            value = resolved if kind == "paths" else resolved[0]
+        out[key] = value
+    return out
+
+
+@dataclass
+class Check:
+    """One line of the verdict; status is pass, fail or error (could not run: counts as a failure)."""
+
+    section: str
+    name: str
+    status: str
+    summary: str
+    figures: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    html: list[tuple[str, Any]] = field(default_factory=list)  # ("svg"|"table"|"code"|"cards", payload)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"section": self.section, "name": self.name, "status": self.status, "summary": self.summary,
+                "figures": self.figures, "seconds": self.seconds}
+
+
+@dataclass
+class AcceptReport:
+    spec: Spec
+    checks: list[Check]
+    created: str
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": RESULT_KIND,
+            "version": 1,
+            "title": self.spec.title,
+            "spec": str(self.spec.path),
+            "created": self.created,
+            "accelport": __version__,
+            "verdict": "pass" if self.passed else "fail",
+            "counts": {s: sum(1 for c in self.checks if c.status == s) for s in ("pass", "fail", "error")},
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+
+# --------------------------------------------------------------------------- evaluating sections
+
+
+def _numerics(module: str, function: str) -> Callable[..., Any] | str:
+    """The numerics library's entry point, or why it is unavailable."""
+    try:
+        return getattr(importlib.import_module(f"accelport.verify.{module}"), function)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("accelport"):
+            return f"accelport.verify.{module} is not part of this accelport build, so {function}() cannot run"
+        return f"accelport.verify.{module} needs {exc.name}, which is not installed"
+    except AttributeError:
+        return f"accelport.verify.{module} has no {function}(); this accelport build does not match the spec"
+
+
+def _from_numerics(section: str, entry: dict[str, Any], call: Callable[[], Any], keys: tuple[str, ...]) -> Check:
+    result = call()
+    data = result.to_dict()
+    status = "pass" if result.passed else "fail"
+    figures = {key: data.get(key) for key in ("verdict", *keys)}
+    summary = f"verdict {data.get('verdict')}; " + "; ".join(f"{k} {_short(data.get(k))}" for k in keys)
+    check = Check(section, entry["name"], status, summary, figures)
+    check.html.append(("table", (["figure", "value"], [[k, _short(v, 400)] for k, v in figures.items()])))
+    return check
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def check_correctness(entry: dict[str, Any]) -> Check:
+    compare_dumps = _numerics("compare", "compare_dumps")
+    if isinstance(compare_dumps, str):
+        return Check("correctness", entry["name"], "error", compare_dumps + "; the correctness check did not run")
+    return _from_numerics(
+        "correctness", entry,
+        lambda: compare_dumps(entry["reference"], entry["test"], **entry.get("options", {})),
+        ("first_divergence",),
+    )
+
+
+def check_precision(entry: dict[str, Any]) -> Check:
+    compare_curves = _numerics("curves", "compare_curves")
+    if isinstance(compare_curves, str):
+        return Check("precision", entry["name"], "error", compare_curves + "; the precision check did not run")
+    return _from_numerics(
+        "precision", entry,
+        lambda: compare_curves(entry["reference"], list(entry["tests"]), **entry.get("options", {})),
+        ("final_gap", "mean_gap"),
+    )
+
+
+def check_performance(entry: dict[str, Any]) -> Check:
+    from accelport.report.svg import line_chart
+    from accelport.verify import bench
+
+    test = bench.load_result(entry["result"])
+    baseline = bench.load_result(entry["baseline"])
+    comparison = bench.compare(test, baseline, floor=float(entry.get("floor", bench.DEFAULT_FLOOR)))
+    status = "pass" if comparison.passed else "fail"
+    summary = (
+        f"{comparison.ratio:.3f}x of baseline {comparison.basis} (95% CI {comparison.ci_low:.3f}..{comparison.ci_high:.3f}); "
+        f"floor {comparison.floor:.2f}"
+        + ("; the floor lies inside the CI" if comparison.floor_within_ci else "")
+    )
+    check = Check("performance", entry["name"], status, summary, comparison.to_dict())
+    check.html.append(("cards", [
+        ("ratio", f"{comparison.ratio:.3f}x"),
+        ("floor", f"{comparison.floor:.2f}"),
+        ("test median ms", f"{comparison.test_median_s * 1000:.3f}"),
+        ("baseline median ms", f"{comparison.baseline_median_s * 1000:.3f}"),
+    ]))
+    check.html.append(("svg", (line_chart(
+        {"baseline": list(enumerate(t * 1000 for t in baseline.times_s)),
+         "test": list(enumerate(t * 1000 for t in test.times_s))},
+        title="Step time per measured step", x_label="step", y_label="ms"), "Step times of both machines")))
+    if entry.get("base_trace") and entry.get("test_trace"):
+        from accelport.verify import profile
+
+        diff = profile.diff_traces(entry["base_trace"], entry["test_trace"])
+        check.figures["profile_diff"] = {
+            "total_delta_us": diff.total_delta,
+            "top": [r.to_dict() for r in diff.rows[:5]],
+        }
+        check.html.append(("profile-diff", (diff, int(entry.get("top", 15)))))
+    return check
+
+
+def check_stability(entry: dict[str, Any]) -> Check:
+    from accelport.report.svg import line_chart
+    from accelport.verify import soak
+
+    data = soak.load_result(entry["result"])
+    failures = data.get("failures") or []
+    status = "pass" if data["verdict"] == "pass" and not failures else "fail"
+    slopes = data.get("slopes", {})
+    summary = "; ".join(failures) if failures else (
+        f"{data['steps']} steps, {data['duration_s']:.0f} s: no hang, OOM, NaN or leak"
+    )
+    figures = {k: data.get(k) for k in ("verdict", "failures", "steps", "duration_s", "stop_reason", "step_time_median_s", "slopes")}
+    check = Check("stability", entry["name"], status, summary, figures)
+    samples = data.get("samples") or []
+    if samples:
+        check.html.append(("svg", (line_chart(
+            {"step time": [(s["step"], s["dt"] * 1000) for s in samples if s.get("dt") is not None]},
+            title="Step time", x_label="step", y_label="ms"), "Step time over the run")))
+        memory = {key: [(s["step"], s[key] / 2**20) for s in samples if s.get(key) is not None]
+                  for key in ("rss", "device_allocated", "device_reserved")}
+        check.html.append(("svg", (line_chart({k: v for k, v in memory.items() if v}, title="Memory",
+                                              x_label="step", y_label="MiB"), "Host RSS and device memory")))
+        losses = [(s["step"], s["loss"]) for s in samples if isinstance(s.get("loss"), int | float) and math.isfinite(s["loss"])]
+        if losses:
+            check.html.append(("svg", (line_chart({"loss": losses}, title="Loss", x_label="step", y_label="loss"), "Loss")))
+    rows = [[key, fit.get("per_step"), fit.get("low"), fit.get("high"), fit.get("relative")] for key, fit in slopes.items()]
+    if rows:
+        check.html.append(("table", (["series", "slope/step", "95% low", "95% high", "change over run"], rows)))
+    if data.get("hang") and data["hang"].get("stacks"):
+        check.html.append(("code", data["hang"]["stacks"]))
+    return check
+
+
+def check_collectives(entry: dict[str, Any]) -> Check:
+    from accelport.report.svg import line_chart
+    from accelport.verify import comm
+
+    data = comm.load_result(entry["result"])
+    problems = list(data.get("errors") or [])
+    if data.get("wrong"):
+        problems.append(f"{data['wrong']} wrong element(s)")
+    floor = entry.get("min_busbw_gbps")
+    if floor is not None and data.get("avg_busbw_gbps", 0.0) < floor:
+        problems.append(f"average bus bandwidth {data.get('avg_busbw_gbps', 0.0):.3g} GB/s below {floor} GB/s")
+    if not data.get("rows"):
+        problems.append("no collective ran")
+    status = "pass" if not problems and data.get("verdict") == "pass" else "fail"
+    summary = "; ".join(problems) if problems else (
+        f"{data['ranks']} ranks on {data['backend']}: every result exact; avg busbw {data['avg_busbw_gbps']:.3g} GB/s"
+    )
+    check = Check("collectives", entry["name"], status, summary,
+                  {k: data.get(k) for k in ("verdict", "ranks", "backend", "device", "wrong", "avg_busbw_gbps", "errors")})
+    series: dict[str, list[tuple[float, float]]] = {}
+    for row in data.get("rows", []):
+        series.setdefault(row["collective"], []).append((math.log2(row["size"]), row["busbw"]))
+    if series:
+        check.html.append(("svg", (line_chart(series, title="Bus bandwidth by message size", x_label="log2(bytes)",
+                                              y_label="GB/s"), "busbw per collective (nccl-tests definition)")))
+    check.html.append(("table", (["collective", "size B", "time us", "algbw GB/s", "busbw GB/s", "#wrong"],
+                                 [[r["collective"], r["size"], r["time_us"], r["algbw"], r["busbw"], r["wrong"]] for r in data.get("rows", [])])))
+    return check
+
+
+_CHECKERS: dict[str, Callable[[dict[str, Any]], Check]] = {
+    "correctness": check_correctness,
+    "precision": check_precision,
+    "performance": check_performance,
+    "stability": check_stability,
+    "collectives": check_collectives,
+}
+
+
+def evaluate(spec: Spec) -> AcceptReport:
+    """Run every check of the spec. Input files that do not load are UserErrors (exit 2)."""
+    checks = []
+    for section, entries in spec.sections.items():
+        for entry in entries:
+            started = time.perf_counter()
+            check = _CHECKERS[section](entry)
+            check.seconds = time.perf_counter() - started
+            checks.append(check)
+    return AcceptReport(spec=spec, checks=checks, created=time.strftime("%Y-%m-%d %H:%M:%S %z"))
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def render_html(report: AcceptReport) -> str:
+    from accelport.report.html import HtmlPage
+    from accelport.verify import profile
+
+    verdict = "pass" if report.passed else "fail"
+    page = HtmlPage(report.spec.title, f"accelport {__version__} acceptance report; spec {report.spec.path}; {report.created}")
+    counts = report.to_dict()["counts"]
+    page.raw('<section id="summary" class="accept-section">')
+    page.heading("Verdict", anchor="verdict")
+    page.raw(f"<p>{page.badge(verdict.upper(), verdict)}</p>")
+    page.cards([("checks", len(report.checks)), ("passed", counts["pass"]), ("failed", counts["fail"]), ("could not run", counts["error"])])
+    page.table(["section", "check", "status", "summary"],
+               [[TITLES[c.section], c.name, page.badge(c.status, "pass" if c.passed else "fail"), c.summary] for c in report.checks],
+               raw_columns=(2,))
+    page.raw("</section>")
+    for section in SECTIONS:
+        checks = [c for c in report.checks if c.section == section]
+        if not checks:
+            continue
+        page.raw(f'<section id="{section}" class="accept-section">')
+        page.heading(TITLES[section], anchor=f"h-{section}")
+        for check in checks:
+            page.heading(check.name, level=3)
+            page.raw(f"<p>{page.badge(check.status, 'pass' if check.passed else 'fail')} </p>")
+            page.paragraph(check.summary)
+            for kind, payload in check.html:
+                if kind == "svg":
+                    page.svg(*payload)
+                elif kind == "table":
+                    page.table(*payload)
+                elif kind == "code":
+                    page.code_block(payload)
+                elif kind == "cards":
+                    page.cards(payload)
+                elif kind == "profile-diff":
+                    page.paragraph("Per-op breakdown of the step-time difference (accelport profile-diff):")
+                    profile.add_diff_to_page(page, *payload)
+        page.raw("</section>")
+    return page.render()
+
+
+def render_junit(report: AcceptReport) -> str:
+    from accelport.report import junit
+
+    suites: dict[str, list[junit.Case]] = {}
+    for check in report.checks:
+        details = json.dumps(check.figures, indent=2, default=str)
+        suites.setdefault(f"accept.{check.section}", []).append(
+            junit.Case(
+                name=check.name,
+                classname=f"accelport.accept.{check.section}",
+                seconds=check.seconds,
+                failure=None if check.passed else f"{check.status}: {check.summary}",
+                details=details,
+            )
+        )
+    return junit.render(suites, name=f"accelport accept: {report.spec.title}")
+
+
+def render_text(report: AcceptReport) -> str:
+    from accelport.report.table import text_table
+
+    rows = [[c.section, c.name, c.status.upper(), c.summary] for c in report.checks]
+    verdict = "PASS" if report.passed else "FAIL"
+    return f"{report.spec.title}: {verdict}\n\n" + text_table(["section", "check", "status", "summary"], rows, max_width=110)
+
+
+def write_reports(report: AcceptReport, out_dir: Path) -> dict[str, Path]:
+    """report.html, report.junit.xml and report.json in `out_dir` (each written atomically)."""
+    from accelport.fileio import atomic_write_text
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"html": out_dir / "report.html", "junit": out_dir / "report.junit.xml", "json": out_dir / "report.json"}
+    atomic_write_text(paths["html"], render_html(report))
+    atomic_write_text(paths["junit"], render_junit(report))
+    atomic_write_text(paths["json"], json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+    return paths
