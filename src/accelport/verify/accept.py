@@ -306,7 +306,7 @@ def check_stability(entry: dict[str, Any]) -> Check:
     status = "pass" if data["verdict"] == "pass" and not failures else "fail"
     slopes = data.get("slopes", {})
     summary = "; ".join(failures) if failures else (
-        f"{data['steps']} steps, {data['duration_s']:.0f} s: no hang, OOM, NaN or leak"
+        f"{data['steps']} steps, {data['duration_s']:.1f} s: no hang, OOM, NaN or leak"
     )
     figures = {k: data.get(k) for k in ("verdict", "failures", "steps", "duration_s", "stop_reason", "step_time_median_s", "slopes")}
     check = Check("stability", entry["name"], status, summary, figures)

@@ -70,12 +70,17 @@ class OpStats:
     device_time: float = 0.0  # sum of its kernels' durations
     kernels: float = 0.0
     copies: float = 0.0  # nested copy/cast/transpose ops plus memcpy work
+    transfers: float = 0.0  # memcpy/memset device work (part of `kernels`)
     comm: bool = False
     shapes: str = ""
 
     @property
     def kernels_per_call(self) -> float:
         return self.kernels / self.calls if self.calls else 0.0
+
+    @property
+    def compute_kernels_per_call(self) -> float:
+        return (self.kernels - self.transfers) / self.calls if self.calls else 0.0
 
     @property
     def time_per_call(self) -> float:
@@ -380,6 +385,7 @@ def summarize(trace: tr.Trace) -> TraceProfile:
     device_time = per_row(dev_row, np.where(dev_in_window, trace.dur[device], 0.0))
     kernels = per_row(dev_row, dev_in_window.astype(float))
     memcpy = per_row(dev_row, (dev_in_window & (kind[device] == tr.MEMCPY)).astype(float))
+    transfers = per_row(dev_row, (dev_in_window & np.isin(kind[device], (tr.MEMCPY, tr.MEMSET))).astype(float))
     copy_count = per_row(row_of_top, np.where(in_window, copies[tops], 0.0)) + memcpy
     comm_kernel = np.zeros(n_rows, dtype=bool)
     if len(device):
@@ -403,6 +409,7 @@ def summarize(trace: tr.Trace) -> TraceProfile:
             device_time=device_time[r] / n_steps,
             kernels=kernels[r] / n_steps,
             copies=copy_count[r] / n_steps,
+            transfers=transfers[r] / n_steps,
             comm=bool(comm_kernel[r] or _is_comm(key[1])),
             shapes=first_dims.get(r, ""),
         )
@@ -466,8 +473,8 @@ def _why(base: OpStats | None, test: OpStats | None, test_has_device: bool, key:
     if test is None:
         return ("missing-op",)
     tags = []
-    if base.kernels_per_call > 0 and test.kernels_per_call == 0 and test.calls > 0:
-        tags.append("fallback-cpu")
+    if base.compute_kernels_per_call > 0 and test.compute_kernels_per_call == 0 and test.calls > 0:
+        tags.append("fallback-cpu")  # no device compute left: the op ran on the host (copies aside)
     elif test.kernels_per_call > base.kernels_per_call * (1 + RELATIVE_NOISE) and base.kernels_per_call > 0:
         tags.append("more-kernels")
     per_call_base = base.copies / base.calls if base.calls else 0.0

@@ -1,0 +1,272 @@
+"""profile and profile-diff: real CPU torch.profiler traces, synthetic Kineto and torch_npu traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="profile-diff's capture tests need torch (pip install 'accelport[torch]')")
+
+from accelport.errors import UserError  # noqa: E402
+from accelport.verify import profile, trace  # noqa: E402
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, planted: bool) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(64, 256)
+        self.fc2 = torch.nn.Linear(256, 64)
+        self.planted = planted
+        self.w = torch.nn.Parameter(torch.randn(256, 256) / 16)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.fc1(x))
+        if self.planted:
+            h = torch.matmul(h, self.w)  # the extra matmul the diff must find
+        return self.fc2(h)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, planted: bool) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(32, 64)
+        self.blocks = torch.nn.ModuleList([Mlp(False), Mlp(planted)])
+        self.norm = torch.nn.LayerNorm(64)
+
+    def forward(self, x):
+        x = self.embed(x)
+        for block in self.blocks:
+            x = x + block(x)
+        return self.norm(x)
+
+
+def _capture(path, planted: bool, training: bool):
+    torch.manual_seed(0)
+    model = Net(planted)
+    x = torch.randn(1024, 32)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train_step():
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    def inference_step():
+        with torch.no_grad():
+            model(x)
+
+    return profile.capture(train_step if training else inference_step, path, steps=3, warmup=1, model=model)
+
+
+@pytest.fixture(scope="module")
+def real_traces(tmp_path_factory):
+    """(base, test) traces of inference and of training steps; test has the planted matmul."""
+    # One intra-op thread: on a shared 2-core machine, OpenMP threads waiting for a busy
+    # core make op times jump by 10x and drown any planted difference.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        folder = tmp_path_factory.mktemp("traces")
+        _capture(folder / "warm.json", planted=True, training=True)  # first-call costs land here
+        return {
+            mode: (_capture(folder / f"{mode}-base.json", False, mode == "training"),
+                   _capture(folder / f"{mode}-test.json", True, mode == "training"))
+            for mode in ("inference", "training")
+        }
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_planted_matmul_is_the_top_row_with_its_module_and_rows_add_up(real_traces):
+    result = profile.diff_traces(*real_traces["inference"])
+    top = result.rows[0]
+    assert (top.module, top.op) == ("blocks.1", "aten::matmul")
+    assert top.base is None and "new-op" in top.why
+    assert "[1024, 256]" in top.test.shapes
+    assert result.base.steps == result.test.steps == 3
+    total = result.total_delta
+    assert total > 0
+    assert abs(sum(r.delta for r in result.rows) - total) <= 0.01 * abs(total)
+    # The shown rows (top N plus the summed rest) add up too.
+    assert abs(sum(r.delta for r in profile.top_rows(result, 5)) - total) <= 0.01 * abs(total)
+
+
+def test_training_step_puts_the_planted_matmul_and_its_backward_on_top_in_its_module(real_traces):
+    result = profile.diff_traces(*real_traces["training"])
+    # The backward node comes back to the forward op's module through the autograd sequence number.
+    rows = {(r.module, r.op): r for r in result.rows}
+    planted = [rows[("blocks.1", "aten::matmul")], rows[("blocks.1", "MmBackward0")]]
+    assert all(r.base is None and "new-op" in r.why for r in planted)
+    assert all(r in result.rows[:3] for r in planted)
+    total = result.total_delta
+    assert abs(sum(r.delta for r in result.rows) - total) <= 0.01 * abs(total)
+
+
+def test_profile_single_trace_rows_cover_the_step(real_traces):
+    summary = profile.profile_trace(real_traces["training"][0])
+    assert not summary.has_device
+    assert sum(s.time for s in summary.rows.values()) == pytest.approx(summary.total, rel=1e-9)
+    modules = {key[0] for key in summary.rows}
+    assert {"embed", "blocks.0.fc1", "blocks.1.fc2", "norm"} <= modules
+
+
+# --------------------------------------------------------------------------- synthetic Kineto pair
+
+
+def _kineto(fallback: bool) -> dict:
+    """A GPU-style Kineto trace of 2 steps: aten::linear and aten::mm in module model.fc.
+
+    With `fallback`, aten::mm runs on the CPU (no launch, no kernel, long host time)
+    and copies its input back with aten::copy_ and a device-to-host memcpy.
+    """
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+    ]
+    corr = 100
+    for step in range(2):
+        t = 1000.0 + step * 1500.0
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": t,
+                       "dur": 1200.0 if fallback else 900.0})
+        events.append({"ph": "X", "cat": "user_annotation", "name": "accelport.module: model.fc", "pid": 1, "tid": 1, "ts": t + 10, "dur": 800.0})
+        # aten::linear -> aten::addmm -> cudaLaunchKernel -> kernel (both sides)
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": t + 20, "dur": 50.0,
+             "args": {"External id": corr, "Sequence number": corr, "Input Dims": [[8, 64], [64, 64], [64]]}},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": t + 25, "dur": 40.0, "args": {"External id": corr + 1}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 30, "dur": 10.0, "args": {"correlation": corr}},
+            {"ph": "X", "cat": "kernel", "name": "sm80_xmma_gemm_f32f32", "pid": 0, "tid": 7, "ts": t + 45, "dur": 120.0,
+             "args": {"correlation": corr, "External id": corr + 1, "stream": 7, "device": 0}},
+            {"ph": "s", "cat": "ac2g", "id": corr, "pid": 1, "tid": 1, "ts": t + 30, "name": "ac2g"},
+            {"ph": "f", "cat": "ac2g", "id": corr, "pid": 0, "tid": 7, "ts": t + 45, "name": "ac2g", "bp": "e"},
+        ]
+        if not fallback:
+            events += [
+                {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 200, "dur": 30.0,
+                 "args": {"External id": corr + 2, "Sequence number": corr + 2, "Input Dims": [[8, 64], [64, 64]]}},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 205, "dur": 10.0, "args": {"correlation": corr + 1}},
+                {"ph": "X", "cat": "kernel", "name": "sm80_xmma_gemm_f32f32", "pid": 0, "tid": 7, "ts": t + 215, "dur": 60.0,
+                 "args": {"correlation": corr + 1, "stream": 7, "device": 0}},
+            ]
+        else:
+            events += [
+                {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 200, "dur": 400.0,
+                 "args": {"External id": corr + 2, "Sequence number": corr + 2, "Input Dims": [[8, 64], [64, 64]]}},
+                {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 1, "tid": 1, "ts": t + 205, "dur": 30.0, "args": {"External id": corr + 3}},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": t + 210, "dur": 20.0, "args": {"correlation": corr + 1}},
+                {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": 7, "ts": t + 215, "dur": 8.0,
+                 "args": {"correlation": corr + 1, "stream": 7, "device": 0}},
+            ]
+        corr += 10
+    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100"}], "traceEvents": events}
+
+
+@pytest.fixture
+def kineto_pair(tmp_path):
+    base, test = tmp_path / "base.json", tmp_path / "test.json.gz"
+    base.write_text(json.dumps(_kineto(fallback=False), indent=1))
+    with gzip.open(test, "wt") as handle:  # torch.profiler's tensorboard handler can gzip
+        json.dump(_kineto(fallback=True), handle)
+    return base, test
+
+
+def test_op_that_ran_on_the_cpu_is_tagged_fallback(kineto_pair):
+    result = profile.diff_traces(*kineto_pair)
+    rows = {(r.module, r.op): r for r in result.rows}
+    mm = rows[("model.fc", "aten::mm")]
+    assert "fallback-cpu" in mm.why
+    assert mm.base.kernels_per_call == 1 and mm.test.kernels_per_call == 1  # the memcpy is its only device work
+    assert "extra-copies" in mm.why
+    assert result.rows[0] is mm  # the largest contribution
+    linear = rows[("model.fc", "aten::linear")]
+    assert "fallback-cpu" not in linear.why
+    assert linear.base.device_time == pytest.approx(120.0)
+    assert result.base.device == "NVIDIA A100"
+    assert sum(r.delta for r in result.rows) == pytest.approx(result.total_delta)
+
+
+def test_torch_npu_trace_view_links_ops_to_tasks_through_flows(tmp_path):
+    # torch_npu: string timestamps, no correlation args, device tasks on "Ascend Hardware",
+    # async_npu flows from the host op to the task.
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 9, "args": {"name": "Ascend Hardware"}},
+        {"ph": "X", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": "100.0", "dur": "500.0"},
+        {"ph": "X", "name": "aten::mm", "pid": 1, "tid": 1, "ts": "110.5", "dur": "20.0", "args": {"Input Dims": [[4, 4], [4, 4]]}},
+        {"ph": "s", "cat": "async_npu", "name": "torch_to_npu", "id": 7, "pid": 1, "tid": 1, "ts": "112.0"},
+        {"ph": "f", "cat": "async_npu", "name": "torch_to_npu", "id": 7, "pid": 9, "tid": 3, "ts": "150.25", "bp": "e"},
+        {"ph": "X", "name": "MatMulV2", "pid": 9, "tid": 3, "ts": "150.25", "dur": "300.0", "args": {"Task Type": "AI_CORE"}},
+    ]
+    path = tmp_path / "trace_view.json"
+    path.write_text(json.dumps(events))
+    summary = profile.profile_trace(path)
+    mm = summary.rows[("", "aten::mm")]
+    assert mm.kernels == 1 and mm.device_time == pytest.approx(300.0)
+    assert summary.has_device and summary.device == "Ascend Hardware"
+
+
+def test_trace_reader_errors_name_the_file(tmp_path):
+    truncated = tmp_path / "cut.json"
+    truncated.write_text(json.dumps(_kineto(False), indent=1)[:700])
+    with pytest.raises(UserError, match="cut.json"):
+        trace.load_trace(truncated)
+    garbage = tmp_path / "notes.json"
+    garbage.write_text("hello")
+    with pytest.raises(UserError, match="notes.json: not a Chrome/Kineto trace"):
+        trace.load_trace(garbage)
+    with pytest.raises(UserError, match="missing.json: trace file not found"):
+        trace.load_trace(tmp_path / "missing.json")
+
+
+def test_streaming_reader_survives_buffer_edges_and_nested_separators(tmp_path, monkeypatch):
+    # Small buffers put event boundaries (and "},{" inside args) at every possible cut.
+    monkeypatch.setattr(trace, "_CHUNK", 97)
+    data = _kineto(True)
+    data["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::cat", "pid": 1, "tid": 1, "ts": 1300.0, "dur": 1.0,
+                                "args": {"nested": [{"a": 1}, {"b": 2}], "text": "},{"}})
+    path = tmp_path / "edge.json"
+    path.write_text(json.dumps(data))
+    assert list(trace.iter_events(path)) == data["traceEvents"]
+
+
+def test_cli_profile_diff_formats_and_exit_codes(cli, kineto_pair, tmp_path):
+    done = cli("profile-diff", *kineto_pair, "--format", "json")
+    assert done.code == 0, done.err
+    data = json.loads(done.out)
+    assert data["rows"][0]["op"] == "aten::mm"
+    assert data["rows_delta_sum_us"] == pytest.approx(data["total_delta_us"])
+    html = tmp_path / "diff.html"
+    assert cli("profile-diff", *kineto_pair, "--format", "html", "-o", html).code == 0
+    assert 'class="waterfall"' in html.read_text()
+    table = cli("profile-diff", *kineto_pair)
+    assert "fallback-cpu" in table.out
+    assert cli("profile-diff", *kineto_pair, "--fail-above", "1.1").code == 1
+    missing = cli("profile-diff", tmp_path / "nope.json", kineto_pair[1])
+    assert missing.code == 2 and "nope.json" in missing.err
+
+
+def test_cli_profile_runs_a_script_and_profiles_its_marked_steps(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        from accelport.verify import bench
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+        x = torch.randn(8, 16)
+        for i in range(1000):
+            model(x).sum().backward()
+            bench.step()
+        raise SystemExit("the profiler should have stopped the run after its steps")
+    """))
+    out = tmp_path / "t.json"
+    done = subprocess.run([sys.executable, "-m", "accelport", "profile", "--steps", "2", "--warmup", "1", "-o", str(out),
+                           "--", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = profile.profile_trace(out)
+    assert summary.steps == 2 and summary.step_source == "ProfilerStep"
+    assert {"0", "2"} <= {key[0] for key in summary.rows}  # module paths of the Sequential's layers
+    assert "aten::linear" in done.stdout
