@@ -1,0 +1,84 @@
+"""bench: CI of the median, stop rule, baseline comparison, the step marker under `accelport bench`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from accelport.verify import bench
+
+
+def test_bootstrap_ci_brackets_the_median_and_is_deterministic():
+    values = [1.0, 1.1, 0.9, 1.05, 0.95, 1.2, 0.8, 1.0, 1.02, 0.98]
+    low, high = bench.bootstrap_median_ci(values)
+    assert low <= 1.0 <= high
+    assert (low, high) == bench.bootstrap_median_ci(values)
+    assert bench.bootstrap_median_ci([2.0]) == (2.0, 2.0)
+
+
+def test_run_measures_a_sleeping_step_and_stops_on_its_rule():
+    result = bench.run(lambda: time.sleep(0.002), rule=bench.StopRule(warmup=2, min_steps=5, max_steps=12, budget_s=10),
+                       samples_per_step=8)
+    data = result.to_dict()
+    assert 0.0019 < data["median_s"] < 0.05
+    assert data["steps"] <= 12 and data["warmup"] == 2
+    assert data["stop_reason"] in ("converged", "max-steps")
+    assert data["samples_per_s"]["median"] == pytest.approx(8 / data["median_s"])
+
+
+def _result(median: float, samples=None) -> bench.BenchResult:
+    times = [median * f for f in (0.98, 1.0, 1.02, 0.99, 1.01, 1.0, 1.0, 0.97, 1.03, 1.0)]
+    return bench.BenchResult(scenario="s", times_s=times, warmup=0, stop_reason="converged", samples_per_step=samples)
+
+
+def test_compare_passes_at_the_floor_and_fails_below():
+    baseline = _result(0.010)
+    slower = _result(0.020)
+    assert bench.compare(slower, baseline, floor=0.6).passed is False
+    assert bench.compare(slower, baseline, floor=0.4).passed is True
+    comparison = bench.compare(slower, baseline)
+    assert comparison.ratio == pytest.approx(0.5)
+    assert comparison.ci_low <= 0.5 <= comparison.ci_high
+    # Per sample when both sides say how many samples a step holds: a twice larger batch in twice the time is even.
+    assert bench.compare(_result(0.020, samples=64), _result(0.010, samples=32)).ratio == pytest.approx(1.0)
+
+
+def test_cli_compares_saved_results_and_rejects_bad_files(cli, tmp_path):
+    base, test = tmp_path / "base.json", tmp_path / "test.json"
+    base.write_text(json.dumps(_result(0.010).to_dict()))
+    test.write_text(json.dumps(_result(0.025).to_dict()))
+    failed = cli("bench", "--result", test, "--baseline", base)
+    assert failed.code == 1 and "FAIL" in failed.out
+    assert cli("bench", "--result", test, "--baseline", base, "--floor", "0.3").code == 0
+    data = json.loads(cli("bench", "--result", test, "--baseline", base, "--format", "json").out)
+    assert data["comparison"]["ratio"] == pytest.approx(0.4)
+    (tmp_path / "junk.json").write_text("{}")
+    bad = cli("bench", "--result", tmp_path / "junk.json")
+    assert bad.code == 2 and "junk.json" in bad.err
+    assert cli("bench").code == 2
+
+
+def test_cli_bench_runs_a_marked_script_and_stops_it_when_done(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        from accelport.verify import bench
+        for i in range(100000):
+            time.sleep(0.001)
+            if not bench.step(samples=16):
+                print("stopped at", i)
+                break
+    """))
+    saved = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-m", "accelport", "bench", "--warmup", "2", "--min-steps", "5", "--max-steps", "15",
+                           "--save", str(saved), "--", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(saved.read_text())
+    assert data["unit"] == "step" and 5 <= data["steps"] <= 15
+    assert data["samples_per_step"] == 16
+    assert "stopped at" in done.stdout  # step() returned False, the loop ended by itself

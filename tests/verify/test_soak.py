@@ -1,0 +1,134 @@
+"""soak: planted leak, hang, NaN and spike are caught; a clean training run passes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from accelport.verify import soak
+
+torch = pytest.importorskip("torch", reason="soak's training-loop tests need torch (pip install 'accelport[torch]')")
+
+
+def _training_step():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(64, 16), torch.randn(64, 1)
+
+    def step():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9)
+        optimizer.step()
+        return {"loss": loss, "grad_norm": norm}
+
+    return step
+
+
+def test_clean_training_run_passes():
+    result = soak.run(_training_step(), steps=60)
+    assert result.failures() == []
+    assert result.passed and result.to_dict()["verdict"] == "pass"
+    assert "rss" in result.slopes()
+
+
+def test_planted_leak_is_detected():
+    step = _training_step()
+    kept = []
+
+    def leaky():
+        kept.append("x" * (1 << 20))  # a list growing every step
+        return step()
+
+    result = soak.run(leaky, steps=40)
+    assert not result.passed
+    assert any("rss grows" in f and "leak" in f for f in result.failures())
+
+
+def test_planted_hang_is_detected_with_the_stack_of_the_blocked_step():
+    step = _training_step()
+    count = [0]
+
+    def blocks():
+        count[0] += 1
+        if count[0] == 8:
+            time.sleep(3600)  # a step that never returns
+        return step()
+
+    started = time.monotonic()
+    result = soak.run(blocks, steps=40, limits=soak.SoakLimits(hang_timeout_s=1.0))
+    assert time.monotonic() - started < 30
+    assert result.stop_reason == "hang"
+    assert any(f.startswith("hang:") for f in result.failures())
+    assert "in blocks" in result.hang["stacks"]
+
+
+def test_planted_nan_stops_the_run_and_fails():
+    step = _training_step()
+    count = [0]
+
+    def poisoned():
+        count[0] += 1
+        out = step()
+        return {"loss": out["loss"] * float("nan")} if count[0] == 12 else out
+
+    result = soak.run(poisoned, steps=40)
+    assert result.stop_reason == "nonfinite"
+    assert result.nonfinite == {"step": 11, "what": "loss", "value": "nan"}
+    assert not result.passed
+
+
+def test_loss_spike_and_oom_are_caught():
+    losses = iter([1.0 - 0.001 * i for i in range(20)] + [9.0] + [0.98] * 10)
+    spiky = soak.run(lambda: next(losses), steps=31)
+    assert [s["step"] for s in spiky.spikes] == [20]
+    assert not spiky.passed
+
+    def oom():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    result = soak.run(oom, steps=5)
+    assert result.stop_reason == "oom" and "Tried to allocate" in result.oom["message"]
+
+
+def test_theil_sen_finds_the_slope_despite_outliers():
+    xs = list(range(50))
+    ys = [3.0 * x + 1 for x in xs]
+    ys[10] = 500.0
+    ys[30] = -400.0
+    slope, low, high = soak.theil_sen(xs, ys)
+    assert slope == pytest.approx(3.0)
+    assert low <= 3.0 <= high
+
+
+def test_cli_soak_catches_a_hang_in_a_script_and_prints_its_stack(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        from accelport.verify import bench
+        for i in range(1000):
+            if i == 6:
+                time.sleep(3600)  # planted hang
+            bench.step(loss=1.0)
+    """))
+    done = subprocess.run([sys.executable, "-m", "accelport", "soak", "--steps", "50", "--hang-timeout", "2s", "--quiet",
+                           "--", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "FAIL  hang" in done.stdout
+    assert "train.py\", line 6" in done.stdout  # faulthandler's stack of the blocked line
+
+
+def test_cli_soak_clean_script_passes_and_bad_duration_is_a_usage_error(cli, tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("from accelport.verify import bench\nfor i in range(30):\n    bench.step(loss=1.0 / (i + 1))\n")
+    done = subprocess.run([sys.executable, "-m", "accelport", "soak", "--steps", "30", "--quiet", "--", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "soak: PASS" in done.stdout
+    assert cli("soak", "--duration", "soon", "--", "true").code == 2
