@@ -213,13 +213,13 @@ def test_torch_npu_trace_view_links_ops_to_tasks_through_flows(tmp_path):
 def test_trace_reader_errors_name_the_file(tmp_path):
     truncated = tmp_path / "cut.json"
     truncated.write_text(json.dumps(_kineto(False), indent=1)[:700])
-    with pytest.raises(UserError, match="cut.json"):
+    with pytest.raises(UserError, match=r"cut\.json"):
         trace.load_trace(truncated)
     garbage = tmp_path / "notes.json"
     garbage.write_text("hello")
-    with pytest.raises(UserError, match="notes.json: not a Chrome/Kineto trace"):
+    with pytest.raises(UserError, match=r"notes\.json: not a Chrome/Kineto trace"):
         trace.load_trace(garbage)
-    with pytest.raises(UserError, match="missing.json: trace file not found"):
+    with pytest.raises(UserError, match=r"missing\.json: trace file not found"):
         trace.load_trace(tmp_path / "missing.json")
 
 
