@@ -80,13 +80,13 @@ class SlurmCluster:
         return "\n".join(parts)
 
     def stop(self) -> None:
-        """scontrol shutdown for the Slurm daemons, SIGTERM for munged, SIGKILL for any straggler."""
-        if "slurmctld" in self.pids:
-            subprocess.run(["scontrol", "shutdown"], env=self.env, capture_output=True, timeout=30, check=False)
-        for name, pid in sorted(self.pids.items(), key=lambda item: item[0] == "munged"):
-            if name == "munged" and _alive(pid):
-                os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
+        """SIGTERM slurmd, slurmctld, then munged (each waited for), SIGKILL for a straggler."""
+        for name in ("slurmd", "slurmctld", "munged"):
+            pid = self.pids.get(name)
+            if pid is None or not _alive(pid):
+                continue
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 2
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
             if _alive(pid):
