@@ -48,7 +48,7 @@ class Net(torch.nn.Module):
 def _capture(path, planted: bool, training: bool):
     torch.manual_seed(0)
     model = Net(planted)
-    x = torch.randn(1024, 32)
+    x = torch.randn(2048, 32)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
     def train_step():
@@ -61,7 +61,7 @@ def _capture(path, planted: bool, training: bool):
         with torch.no_grad():
             model(x)
 
-    return profile.capture(train_step if training else inference_step, path, steps=3, warmup=1, model=model)
+    return profile.capture(train_step if training else inference_step, path, steps=5, warmup=2, model=model)
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +88,8 @@ def test_planted_matmul_is_the_top_row_with_its_module_and_rows_add_up(real_trac
     top = result.rows[0]
     assert (top.module, top.op) == ("blocks.1", "aten::matmul")
     assert top.base is None and "new-op" in top.why
-    assert "[1024, 256]" in top.test.shapes
-    assert result.base.steps == result.test.steps == 3
+    assert "[2048, 256]" in top.test.shapes
+    assert result.base.steps == result.test.steps == 5
     total = result.total_delta
     assert total > 0
     assert abs(sum(r.delta for r in result.rows) - total) <= 0.01 * abs(total)

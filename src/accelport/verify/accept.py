@@ -316,7 +316,7 @@ def check_stability(entry: dict[str, Any]) -> Check:
             {"step time": [(s["step"], s["dt"] * 1000) for s in samples if s.get("dt") is not None]},
             title="Step time", x_label="step", y_label="ms"), "Step time over the run")))
         memory = {key: [(s["step"], s[key] / 2**20) for s in samples if s.get(key) is not None]
-                  for key in ("rss", "device_allocated", "device_reserved")}
+                  for key in ("rss", "heap", "device_allocated", "device_reserved")}
         check.html.append(("svg", (line_chart({k: v for k, v in memory.items() if v}, title="Memory",
                                               x_label="step", y_label="MiB"), "Host RSS and device memory")))
         losses = [(s["step"], s["loss"]) for s in samples if isinstance(s.get("loss"), int | float) and math.isfinite(s["loss"])]

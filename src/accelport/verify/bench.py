@@ -17,6 +17,7 @@ Two ways in:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import logging
 import math
@@ -63,6 +64,35 @@ def host_rss_bytes() -> int:
             return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return peak_host_rss_bytes()
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _mallinfo2():
+    try:
+        libc = ctypes.CDLL(None)
+        function = libc.mallinfo2
+    except (OSError, AttributeError):  # not glibc >= 2.33
+        return None
+    function.restype = _MallInfo2
+    return function
+
+
+_MALLINFO2 = _mallinfo2() if sys.platform.startswith("linux") else None
+
+
+def host_heap_bytes() -> int | None:
+    """Bytes malloc has handed out and not taken back (glibc), or None.
+
+    RSS misses a leak that reuses pages freed earlier; in-use heap bytes do not.
+    """
+    if _MALLINFO2 is None:
+        return None
+    info = _MALLINFO2()
+    return int(info.uordblks + info.hblkhd)
 
 
 def peak_host_rss_bytes() -> int:
@@ -122,7 +152,7 @@ class _Marker:
         now = time.perf_counter()
         dt = None if self.last is None else now - self.last
         self.last = now
-        record: dict[str, Any] = {"step": self.count, "t": time.time(), "dt": dt, "rss": host_rss_bytes()}
+        record: dict[str, Any] = {"step": self.count, "t": time.time(), "dt": dt, "rss": host_rss_bytes(), "heap": host_heap_bytes()}
         record.update(device_memory())
         for key, value in values.items():
             if value is not None:

@@ -10,7 +10,7 @@ loss and grad norm. The verdict fails on:
 * OOM: torch.OutOfMemoryError / MemoryError, or a child killed by SIGKILL;
   with CUDA's allocator a memory snapshot is written;
 * NaN/Inf in loss or grad norm, and loss spikes (robust rolling z-score);
-* memory growth: a Theil–Sen slope whose 95% interval is above zero, still
+* memory growth (host RSS, malloc'd heap bytes, device memory): a Theil–Sen slope whose 95% interval is above zero, still
   growing in the second half, and projected above `max_memory_growth_bytes`;
 * step-time drift above `max_time_drift` (relative change over the run).
 """
@@ -40,7 +40,7 @@ from accelport.errors import UserError
 from accelport.verify import bench
 
 RESULT_KIND = "accelport.soak"
-MEMORY_SERIES = ("rss", "device_allocated", "device_reserved")
+MEMORY_SERIES = ("rss", "heap", "device_allocated", "device_reserved")
 
 
 @dataclass(frozen=True)
@@ -321,7 +321,8 @@ def run(
                        "snapshot": _memory_snapshot(snapshot_dir)}
                 reason = "oom"
                 break
-            sample = {"step": len(samples), "t": time.time(), "dt": time.perf_counter() - t0, "rss": bench.host_rss_bytes()}
+            sample = {"step": len(samples), "t": time.time(), "dt": time.perf_counter() - t0, "rss": bench.host_rss_bytes(),
+                      "heap": bench.host_heap_bytes()}
             sample.update(bench.device_memory())
             sample.update({k: v for k, v in _step_values(output).items() if v is not None})
             samples.append(sample)
