@@ -1,4 +1,4 @@
-"""Load and diff a 2.75M-event Kineto trace: wall time and peak RSS (target: under 30 s and 1 GB).
+"""Load and diff two 2.75M-event Kineto traces: wall time and peak RSS (target: under 30 s and 1 GB).
 
 Generates two GPU-style Kineto traces in the layout torch.profiler writes
 (pretty-printed events: CPU ops with nested ops, cudaLaunchKernel with a
@@ -7,12 +7,20 @@ annotations). The test side has its GEMM kernels 1.5x slower, the change the
 acceptance-tools note used for msprof-analyze. Each measured phase runs in a
 fresh process so its peak RSS is its own.
 
+The targets are judged on what the issue asks: load *and diff* the pair, as
+`accelport profile-diff` does it (`profile.diff_traces`: the two traces are
+read at the same time in two processes on a multi-core machine). Its peak RSS
+is the sum of the peaks of the two processes, which bounds what they held at
+once. Also reported: one trace loaded alone, and the pair read one after the
+other in one process (what a single core gives).
+
     .venv/bin/python benchmarks/trace_load.py [--events 2750000] [--keep DIR]
 
 Prints one JSON object. When holistictraceanalysis is installed it also times
 HTA's TraceAnalysis load of the same file (the comparison figure); otherwise
 the comparison is the figure measured in the acceptance-tools note
 (HTA 0.5.0: 254 s and 3.3 GB for 2,746,276 events on the same kind of machine).
+The machine's load average is printed too: on a shared machine the times move with it.
 """
 
 from __future__ import annotations
@@ -103,8 +111,8 @@ def generate(path: Path, events: int, gemm_scale: float = 1.0) -> int:
     return written + 2
 
 
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+def _peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024.0
 
 
 def _phase(argv: list[str]) -> dict:
@@ -116,26 +124,36 @@ def _phase(argv: list[str]) -> dict:
 
 
 def _measure_load(path: str) -> None:
+    from accelport.verify.profile import summarize
     from accelport.verify.trace import load_trace
 
     started = time.perf_counter()
     trace = load_trace(path)
+    loaded = time.perf_counter() - started
+    summarize(trace)
     elapsed = time.perf_counter() - started
-    print(json.dumps({"load_s": round(elapsed, 2), "events": trace.event_count, "peak_rss_mb": round(_peak_rss_mb(), 1)}))
+    print(json.dumps({"load_s": round(loaded, 2), "load_and_summarize_s": round(elapsed, 2), "events": trace.event_count,
+                      "peak_rss_mb": round(_peak_rss_mb(), 1)}))
 
 
-def _measure_diff(base: str, test: str) -> None:
-    from accelport.verify.profile import diff_traces
+def _measure_diff(base: str, test: str, parallel: bool) -> None:
+    from accelport.verify import profile
 
+    if not parallel:
+        profile.PARALLEL_BYTES = 1 << 62
     started = time.perf_counter()
-    result = diff_traces(base, test)
+    result = profile.diff_traces(base, test)
     elapsed = time.perf_counter() - started
     top = result.rows[0]
+    # The worker has exited: RUSAGE_CHILDREN holds its peak. Both ran at once, so the sum bounds their joint peak.
+    own, worker = _peak_rss_mb(), _peak_rss_mb(resource.RUSAGE_CHILDREN)
     print(
         json.dumps(
             {
                 "load_and_diff_s": round(elapsed, 2),
-                "peak_rss_mb": round(_peak_rss_mb(), 1),
+                "peak_rss_mb": round(own + worker, 1),
+                "peak_rss_mb_by_process": {"main": round(own, 1), "worker": round(worker, 1)},
+                "processes": 2 if worker else 1,
                 "rows": len(result.rows),
                 "total_delta_us_per_step": round(result.total_delta, 3),
                 "rows_sum_us_per_step": round(sum(r.delta for r in result.rows), 3),
@@ -157,13 +175,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=2_750_000)
     parser.add_argument("--keep", metavar="DIR", help="write the traces here and keep them")
-    parser.add_argument("--phase", choices=("load", "diff", "hta"), help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=("load", "diff", "diff-one-process", "hta"), help=argparse.SUPPRESS)
     parser.add_argument("paths", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase == "load":
         return _measure_load(args.paths[0])
-    if args.phase == "diff":
-        return _measure_diff(args.paths[0], args.paths[1])
+    if args.phase in ("diff", "diff-one-process"):
+        return _measure_diff(args.paths[0], args.paths[1], parallel=args.phase == "diff")
     if args.phase == "hta":
         return _measure_hta(args.paths[0])
 
@@ -177,18 +195,23 @@ def main() -> None:
         events = generate(base, args.events)
         generate(test, args.events, gemm_scale=1.5)
         generate_s = time.perf_counter() - started
-        load = _phase(["--phase", "load", str(base)])
+        os.sync()  # the kernel writing back 1 GB of fresh trace would otherwise slow whichever phase runs first
+        load_average = [round(x, 2) for x in os.getloadavg()]
         diff = _phase(["--phase", "diff", str(base), str(test)])
+        load = _phase(["--phase", "load", str(base)])
+        sequential = _phase(["--phase", "diff-one-process", str(base), str(test)])
         figures = {
             "benchmark": "trace_load",
             "events_per_trace": events,
             "file_mb": round(base.stat().st_size / 1e6, 1),
             "generate_s": round(generate_s, 1),
-            "load": load,
             "load_and_diff_two_traces": diff,
-            "targets": {"load_s": 30, "peak_rss_mb": 1000},
-            "meets_targets": load["load_s"] < 30 and load["peak_rss_mb"] < 1000 and diff["peak_rss_mb"] < 1000,
+            "targets": {"load_and_diff_s": 30, "peak_rss_mb": 1000},
+            "meets_targets": diff["load_and_diff_s"] < 30 and diff["peak_rss_mb"] < 1000,
+            "load_one_trace": load,
+            "load_and_diff_two_traces_in_one_process": sequential,
             "cpu_count": os.cpu_count(),
+            "load_average_1_5_15_min": {"before": load_average, "after": [round(x, 2) for x in os.getloadavg()]},
         }
         if importlib.util.find_spec("hta") is not None:
             figures["comparison"] = {"tool": "holistictraceanalysis", **_phase(["--phase", "hta", str(base.parent)])}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import gzip
 import json
 import subprocess
@@ -15,14 +16,16 @@ torch = pytest.importorskip("torch", reason="profile-diff's capture tests need t
 from accelport.errors import UserError  # noqa: E402
 from accelport.verify import profile, trace  # noqa: E402
 
+HIDDEN = 512  # the planted [1024, 512] x [512, 512] matmul costs 8x fc1 or fc2
+
 
 class Mlp(torch.nn.Module):
     def __init__(self, planted: bool) -> None:
         super().__init__()
-        self.fc1 = torch.nn.Linear(64, 256)
-        self.fc2 = torch.nn.Linear(256, 64)
+        self.fc1 = torch.nn.Linear(64, HIDDEN)
+        self.fc2 = torch.nn.Linear(HIDDEN, 64)
         self.planted = planted
-        self.w = torch.nn.Parameter(torch.randn(256, 256) / 16)
+        self.w = torch.nn.Parameter(torch.randn(HIDDEN, HIDDEN) / HIDDEN**0.5)
 
     def forward(self, x):
         h = torch.nn.functional.gelu(self.fc1(x))
@@ -45,10 +48,14 @@ class Net(torch.nn.Module):
         return self.norm(x)
 
 
+STEPS = 8
+BATCH = 1024
+
+
 def _capture(path, planted: bool, training: bool):
     torch.manual_seed(0)
     model = Net(planted)
-    x = torch.randn(2048, 32)
+    x = torch.randn(BATCH, 32)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
     def train_step():
@@ -61,7 +68,7 @@ def _capture(path, planted: bool, training: bool):
         with torch.no_grad():
             model(x)
 
-    return profile.capture(train_step if training else inference_step, path, steps=5, warmup=2, model=model)
+    return profile.capture(train_step if training else inference_step, path, steps=STEPS, warmup=2, model=model)
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +95,8 @@ def test_planted_matmul_is_the_top_row_with_its_module_and_rows_add_up(real_trac
     top = result.rows[0]
     assert (top.module, top.op) == ("blocks.1", "aten::matmul")
     assert top.base is None and "new-op" in top.why
-    assert "[2048, 256]" in top.test.shapes
-    assert result.base.steps == result.test.steps == 5
+    assert f"[{BATCH}, {HIDDEN}]" in top.test.shapes
+    assert result.base.steps == result.test.steps == STEPS
     total = result.total_delta
     assert total > 0
     assert abs(sum(r.delta for r in result.rows) - total) <= 0.01 * abs(total)
@@ -114,6 +121,68 @@ def test_profile_single_trace_rows_cover_the_step(real_traces):
     assert sum(s.time for s in summary.rows.values()) == pytest.approx(summary.total, rel=1e-9)
     modules = {key[0] for key in summary.rows}
     assert {"embed", "blocks.0.fc1", "blocks.1.fc2", "norm"} <= modules
+
+
+def _preempted_steps_trace() -> list[dict]:
+    """Four CPU steps; step 2's aten::add was preempted (1000 us instead of 50).
+
+    A second thread's aten::copy_ runs across the edge between steps 0 and 1.
+    """
+    events = []
+    t = 1000.0
+    for step, length in enumerate((200.0, 200.0, 1150.0, 200.0)):
+        add = 1000.0 if step == 2 else 50.0
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": t, "dur": length},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t, "dur": 100.0},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": t + 100.0, "dur": add},
+        ]
+        t += length
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 1, "tid": 2, "ts": 1150.0, "dur": 100.0})
+    return events
+
+
+@pytest.mark.parametrize(
+    ("steps_used", "kept", "total", "times"),
+    [
+        # Steps 0 and 1 are the faster half. Step 0: mm 100, add 50, copy_ 50 (alone on the
+        # device-less host); step 1: mm and copy_ share [1200, 1250), so mm 75, copy_ 25, add 50, idle 50.
+        ("faster-half", 2, 200.0, {"aten::mm": 87.5, "aten::add": 50.0, "aten::copy_": 37.5, profile.IDLE_OP: 25.0}),
+        ("all", 4, 437.5, {"aten::mm": 93.75, "aten::add": 287.5, "aten::copy_": 18.75, profile.IDLE_OP: 37.5}),
+    ],
+)
+def test_step_figures_are_averaged_over_the_kept_steps_and_still_add_up(tmp_path, steps_used, kept, total, times):
+    path = tmp_path / "steps.json"
+    path.write_text(json.dumps({"traceEvents": _preempted_steps_trace()}))
+    summary = profile.profile_trace(path, steps_used)
+    assert summary.step_times == pytest.approx([200.0, 200.0, 1150.0, 200.0])
+    assert (summary.steps, summary.kept_steps, summary.steps_used) == (4, kept, steps_used)
+    assert summary.total == pytest.approx(total)
+    assert summary.all_steps_total == pytest.approx(437.5)
+    assert {key[1]: s.time for key, s in summary.rows.items()} == pytest.approx(times)
+    assert sum(s.time for s in summary.rows.values()) == pytest.approx(total, rel=1e-12)
+    assert summary.rows[("", "aten::mm")].calls == 1.0
+    assert summary.rows[("", "aten::copy_")].calls == pytest.approx(2 / kept * 0.5)
+
+
+def test_a_preempted_base_step_does_not_put_its_op_on_top(tmp_path):
+    # The same program on both sides; the base had one step preempted inside aten::add.
+    base, test = tmp_path / "base.json", tmp_path / "test.json"
+    events = _preempted_steps_trace()
+    base.write_text(json.dumps(events))
+    clean = [dict(e, dur=50.0) if e["name"] == "aten::add" else e for e in events]
+    clean = [dict(e, dur=200.0) if e["name"] == "ProfilerStep#2" else e for e in clean]
+    for event in clean:
+        if event["name"] == "ProfilerStep#3" or (event["ts"] >= 2550.0 and event["tid"] == 1):
+            event["ts"] -= 950.0
+    test.write_text(json.dumps(clean))
+    robust = profile.diff_traces(base, test)
+    assert robust.total_delta == pytest.approx(0.0)
+    assert all(r.delta == pytest.approx(0.0) for r in robust.rows)
+    naive = profile.diff_traces(base, test, "all")
+    assert naive.rows[0].op == "aten::add" and naive.rows[0].delta == pytest.approx(-950.0 / 4)
+    with pytest.raises(ValueError, match="same steps"):
+        profile.diff(profile.profile_trace(base, "all"), profile.profile_trace(test))
 
 
 # --------------------------------------------------------------------------- synthetic Kineto pair
@@ -232,6 +301,58 @@ def test_streaming_reader_survives_buffer_edges_and_nested_separators(tmp_path, 
     path = tmp_path / "edge.json"
     path.write_text(json.dumps(data))
     assert list(trace.iter_events(path)) == data["traceEvents"]
+    # The column loader reads the same events through the same cuts.
+    small = trace.load_trace(path)
+    monkeypatch.setattr(trace, "_CHUNK", 1 << 22)
+    whole = trace.load_trace(path)
+    phases: dict[str, int] = {}
+    for event in data["traceEvents"]:
+        phases[event["ph"]] = phases.get(event["ph"], 0) + 1
+    assert small.counts == whole.counts == phases
+    for column in ("kind", "name", "track", "ts", "dur", "corr", "ext", "seq", "dims"):
+        assert getattr(small, column).tolist() == getattr(whole, column).tolist(), column
+    assert [small.string(i) for i in small.dims.tolist()] == [whole.string(i) for i in whole.dims.tolist()]
+    assert "[[8, 64], [64, 64]]" in whole.strings
+
+
+def test_trace_loader_reads_odd_but_valid_fields_and_names_the_file_on_bad_ones(tmp_path):
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": "host", "tid": "main", "ts": "10.5", "dur": 2,
+         "args": {"External id": "not-an-int", "Input Dims": [[2, 2], [2, 2]]}},
+        {"ph": "s", "cat": "async_npu", "id": "a1", "pid": "host", "tid": "main", "ts": 11.0},
+        {"ph": "s", "cat": "async_npu", "id": 7, "pid": "host", "tid": "main", "ts": 11.5},
+        {"ph": "f", "cat": "async_npu", "id": "a1", "pid": 9, "tid": 3, "ts": 12.0},
+    ]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(events))
+    loaded = trace.load_trace(path)
+    assert loaded.ts.tolist() == [10.5] and loaded.dur.tolist() == [2.0] and loaded.ext.tolist() == [-1]
+    assert loaded.tracks[int(loaded.track[0])] == ("host", "main")
+    ids = loaded.flows["id"].tolist()
+    assert ids[0] == ids[2] != ids[1] == 7  # a text id is numbered, the same text twice the same way
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 1, "args": [1, 2]}]))
+    with pytest.raises(UserError, match=r"bad\.json: trace event with an unexpected field"):
+        trace.load_trace(bad)
+    bad.write_text(json.dumps([{"ph": "X", "name": "aten::mm", "ts": "soon", "dur": 1}]))
+    with pytest.raises(UserError, match=r"bad\.json: trace event with an unexpected field"):
+        trace.load_trace(bad)
+
+
+def test_large_traces_are_read_in_parallel_with_the_same_result(real_traces, monkeypatch):
+    one_by_one = profile.diff_traces(*real_traces["training"])
+    monkeypatch.setattr(profile, "PARALLEL_BYTES", 0)
+    started = []
+
+    class CountingExecutor(concurrent.futures.ProcessPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            started.append(kwargs.get("max_workers"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor", CountingExecutor)
+    both = profile.diff_traces(*real_traces["training"])
+    assert started == [1]
+    assert both.to_dict() == one_by_one.to_dict()
 
 
 def test_cli_profile_diff_formats_and_exit_codes(cli, kineto_pair, tmp_path):
@@ -240,6 +361,11 @@ def test_cli_profile_diff_formats_and_exit_codes(cli, kineto_pair, tmp_path):
     data = json.loads(done.out)
     assert data["rows"][0]["op"] == "aten::mm"
     assert data["rows_delta_sum_us"] == pytest.approx(data["total_delta_us"])
+    assert data["base"]["steps_used"] == "faster-half" and data["base"]["kept_steps"] == 1
+    every = json.loads(cli("profile-diff", *kineto_pair, "--format", "json", "--steps-used", "all").out)
+    assert every["base"]["steps_used"] == "all" and every["base"]["kept_steps"] == 2
+    assert every["test"]["step_times_us"] == pytest.approx([1500.0, 1200.0])
+    assert cli("profile-diff", *kineto_pair, "--steps-used", "median").code == 2
     html = tmp_path / "diff.html"
     assert cli("profile-diff", *kineto_pair, "--format", "html", "-o", html).code == 0
     assert 'class="waterfall"' in html.read_text()

@@ -52,7 +52,7 @@ def run_profile(args: argparse.Namespace) -> int:
     code = subprocess.run([*child, *script], env=env, check=False).returncode
     if code != 0 or not trace.is_file():
         raise UserError(f"{script[0]}: profiling failed (exit code {code}); see the output above")
-    summary = profile.profile_trace(trace)
+    summary = profile.profile_trace(trace, args.steps_used)
     if args.format == "json":
         data = {"trace": str(trace), **summary.to_dict(),
                 "rows": [{"module": k[0], "op": k[1], **s.to_dict()} for k, s in summary.rows.items()]}
@@ -65,7 +65,7 @@ def run_profile(args: argparse.Namespace) -> int:
 def run_diff(args: argparse.Namespace) -> int:
     from accelport.verify import profile
 
-    result = profile.diff_traces(args.base, args.test)
+    result = profile.diff_traces(args.base, args.test, args.steps_used)
     limit = None if args.top == 0 else args.top
     if args.format == "json":
         emit(json.dumps(result.to_dict(), indent=2) + "\n", args.output)
@@ -78,6 +78,13 @@ def run_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _steps_used_option(parser: argparse.ArgumentParser) -> None:
+    # Literal choices: importing accelport.verify.profile here would slow down `accelport --help`.
+    parser.add_argument("--steps-used", choices=("faster-half", "all"), default="faster-half",
+                        help="profiled steps the figures average: the faster half (interference only ever "
+                             "lengthens a step) or all of them (default: %(default)s)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("profile", help="run a Python script under torch.profiler; per-op breakdown",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -86,6 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="marked steps before profiling starts (default: %(default)s)")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument("--report", metavar="FILE", help="write the breakdown to FILE instead of stdout")
+    _steps_used_option(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py ARGS")
     parser.set_defaults(handler=run_profile)
 
@@ -97,4 +105,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     diff.add_argument("--format", choices=("table", "json", "html"), default="table")
     diff.add_argument("--fail-above", type=float, metavar="RATIO", help="exit 1 when test/base step time exceeds RATIO")
     diff.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    _steps_used_option(diff)
     diff.set_defaults(handler=run_diff)

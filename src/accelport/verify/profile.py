@@ -10,6 +10,19 @@ program called, so that the rows always add up to the total:
   (the device is waiting for the host: launch gaps, host-bound code, fallbacks);
 * the remaining instants are idle.
 
+The split is done step by step: each profiled step (from the start of one
+`ProfilerStep#N` to the start of the next; the last one also holds device
+work still running after it) gets its own (row, step) cells, which add up to
+the step's length. The figures are then the mean over a set of steps chosen
+by their lengths alone, the same set for every row, so the rows still add up
+to the total exactly. By default that set is the faster half of the steps:
+interference (another process taking the core, a page fault storm, the
+garbage collector) only ever makes a step longer, so the slower steps are the
+ones that carry it, and a single preempted op in one step can no longer move
+its row by milliseconds. `steps_used="all"` averages every step; the length
+of every step is kept in the profile, so a side whose steps are bimodal is
+visible rather than hidden (see `TraceProfile.step_times`).
+
 A row is one top-level ATen op (the op the Python code called: `aten::linear`,
 not the `aten::addmm` inside it; a backward node for the backward pass) in one
 module scope. Both sides of a diff are matched by (module, op), never by
@@ -57,6 +70,14 @@ RELATIVE_NOISE = 0.10
 HOST_BOUND_SHARE = 0.5
 NOISE_SHARE = 0.005  # a row that moved less than 0.5% of the step time gets no "slower" tag
 
+# Traces larger than this in all are read in parallel processes (see profile_traces).
+PARALLEL_BYTES = 32 << 20
+
+# Which profiled steps the figures are averaged over (see the module docstring).
+FASTER_HALF = "faster-half"
+ALL_STEPS = "all"
+STEPS_USED = (FASTER_HALF, ALL_STEPS)
+
 
 @dataclass
 class OpStats:
@@ -101,9 +122,17 @@ class TraceProfile:
     has_device: bool
     steps: int
     step_source: str  # "ProfilerStep" or "whole trace"
-    total: float  # end-to-end microseconds per step
+    total: float  # end-to-end microseconds per step, over the kept steps
     events: int
     rows: dict[tuple[str, str], OpStats] = field(default_factory=dict)
+    steps_used: str = ALL_STEPS  # which steps the figures average (STEPS_USED)
+    kept_steps: int = 0
+    step_times: list[float] = field(default_factory=list)  # length of every profiled step, in order
+
+    @property
+    def all_steps_total(self) -> float:
+        """Mean length of every profiled step (equals `total` when every step is kept)."""
+        return sum(self.step_times) / len(self.step_times) if self.step_times else self.total
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,7 +141,11 @@ class TraceProfile:
             "has_device": self.has_device,
             "steps": self.steps,
             "step_source": self.step_source,
+            "steps_used": self.steps_used,
+            "kept_steps": self.kept_steps,
             "total_us_per_step": self.total,
+            "all_steps_us_per_step": self.all_steps_total,
+            "step_times_us": self.step_times,
             "events": self.events,
         }
 
@@ -182,7 +215,7 @@ def _is_comm(name: str) -> bool:
     return name.startswith(COMM_PREFIXES) or any(word in lowered for word in COMM_KERNEL_WORDS)
 
 
-def summarize(trace: tr.Trace) -> TraceProfile:
+def summarize(trace: tr.Trace, steps_used: str = FASTER_HALF) -> TraceProfile:
     """Split the profiled steps' time among top-level ops (see the module docstring)."""
     import numpy as np
 
@@ -202,92 +235,29 @@ def summarize(trace: tr.Trace) -> TraceProfile:
     use_flows = len(flows["id"]) > 0 and bool(np.any(~corr_linked[device])) if len(device) else False
     flow_starts = np.nonzero(flows["start"] == 1)[0] if use_flows else np.zeros(0, dtype=np.int64)
 
-    seq_track = np.concatenate([trace.track[host], flows["track"][flow_starts]])
-    seq_ts = np.concatenate([start[host], flows["ts"][flow_starts]])
-    seq_dur = np.concatenate([trace.dur[host], np.zeros(len(flow_starts))])
-    seq_id = np.concatenate([host, n + np.arange(len(flow_starts))])
-    order = np.lexsort((-seq_dur, seq_ts, seq_track))
+    top_of, scope_of, child_sum, copies, flow_owner, scope_strings = _nest(trace, start, end, host, flow_starts)
+    del host
 
-    top_of = np.full(n, -1, dtype=np.int64)
-    scope_of = np.full(n, -1, dtype=np.int64)  # interned scope string
-    child_sum = np.zeros(n)
-    copies = np.zeros(n)
-    flow_owner = np.full(len(flow_starts), -1, dtype=np.int64)
-    scope_strings: list[str] = [""]
-    scope_ids: dict[str, int] = {"": 0}
-    copy_ids = {i for i, s in enumerate(strings) if s in COPY_OPS}
-    kinds_l = kind.tolist()
-    names_l = names.tolist()
-    ends_l = end.tolist()
-    ids = seq_id[order].tolist()
-    tracks = seq_track[order].tolist()
-    starts = seq_ts[order].tolist()
-
-    def scope_code(text: str) -> int:
-        code = scope_ids.get(text)
-        if code is None:
-            code = scope_ids[text] = len(scope_strings)
-            scope_strings.append(text)
-        return code
-
-    stack: list[tuple[float, int, int, int]] = []  # (end, top op, scope, event)
-    current = -1
-    for i, t, s in zip(ids, tracks, starts, strict=True):
-        if t != current:
-            stack.clear()
-            current = t
-        while stack and stack[-1][0] <= s:
-            stack.pop()
-        if stack:
-            _, parent_top, parent_scope, parent = stack[-1]
-        else:
-            parent_top, parent_scope, parent = -1, 0, -1
-        if i >= n:
-            flow_owner[i - n] = parent_top
-            continue
-        k = kinds_l[i]
-        e = ends_l[i]
-        if parent >= 0:
-            child_sum[parent] += e - s
-        if k == tr.CPU_OP:
-            top = parent_top if parent_top >= 0 else i
-            top_of[i] = top
-            scope_of[i] = parent_scope
-            if parent_top >= 0 and names_l[i] in copy_ids:
-                copies[top] += 1
-            stack.append((e, top, parent_scope, i))
-        elif k == tr.LAUNCH:
-            top_of[i] = parent_top
-            stack.append((e, parent_top, parent_scope, i))
-        elif k == tr.MODULE:
-            label = strings[names_l[i]]
-            if label.startswith(tr.TORCH_MODULE_PREFIX):
-                label = label[len(tr.TORCH_MODULE_PREFIX) :]
-                label = f"{scope_strings[parent_scope]}/{label}" if parent_scope else label
-            stack.append((e, parent_top, scope_code(label), i))
-        elif k == tr.ANNOTATION:
-            label = strings[names_l[i]]
-            label = f"{scope_strings[parent_scope]} / {label}" if parent_scope else label
-            stack.append((e, parent_top, scope_code(label), i))
-        else:  # STEP and anything else that only nests
-            stack.append((e, parent_top, parent_scope, i))
-
-    # --- the window: profiled steps, or the whole trace
+    # --- the window: profiled steps, or the whole trace. `edges` cut it into steps.
     steps = np.nonzero(kind == tr.STEP)[0]
     if len(steps):
-        step_names = {strings[j] for j in names[steps].tolist()}
-        n_steps = len(step_names)
-        w0 = float(start[steps].min())
+        # A step name can appear on more than one thread: a step starts where its first range does.
+        step_ids, step_of_range = np.unique(names[steps], return_inverse=True)
+        step_starts = np.full(len(step_ids), np.inf)
+        np.minimum.at(step_starts, step_of_range, start[steps])
+        step_starts.sort()
+        w0 = float(step_starts[0])
         w1 = float(end[steps].max())
         step_source = "ProfilerStep"
     else:
         busy = np.concatenate([np.nonzero(kind == tr.CPU_OP)[0], device])
         if not len(busy):
             busy = np.arange(n)
-        n_steps = 1
         w0 = float(start[busy].min())
         w1 = float(end[busy].max())
+        step_starts = np.array([w0])
         step_source = "whole trace"
+    n_steps = len(step_starts)
 
     # --- device work -> launching top-level op
     owner = np.full(len(device), -1, dtype=np.int64)
@@ -313,80 +283,45 @@ def summarize(trace: tr.Trace) -> TraceProfile:
             _link_by_flows(trace, device, owner, flow_starts, flow_owner)
         # Device work that belongs to the window: it starts inside it or was launched inside it.
         w1 = max(w1, float(end[device[(start[device] < w1) & (start[device] >= w0)]].max(initial=w1)))
+    edges = np.append(step_starts, w1)  # step k is [edges[k], edges[k+1]); the last one holds the device tail
 
-    # --- attribute every instant of the window
+    # --- rows: one per (module, top-level op), then the orphan and idle rows
     tops = np.nonzero((kind == tr.CPU_OP) & (top_of == np.arange(n)))[0]
-    d_s = np.clip(start[device], w0, w1)
-    d_e = np.clip(end[device], w0, w1)
-    t_s = np.clip(start[tops], w0, w1)
-    t_e = np.clip(end[tops], w0, w1)
-    bounds = np.unique(np.concatenate([d_s, d_e, t_s, t_e, [w0, w1]]))
-    seg = np.diff(bounds)
-
-    def active(s, e):
-        count = np.zeros(len(bounds) + 1)
-        np.add.at(count, np.searchsorted(bounds, s), 1)
-        np.add.at(count, np.searchsorted(bounds, e), -1)
-        return np.cumsum(count)[:-2], np.searchsorted(bounds, s), np.searchsorted(bounds, e)
-
-    d_count, d_si, d_ei = active(d_s, d_e)
-    t_count, t_si, t_ei = active(t_s, t_e)
-    d_weight = np.where(d_count > 0, seg / np.maximum(d_count, 1), 0.0)
-    t_weight = np.where((d_count <= 0) & (t_count > 0), seg / np.maximum(t_count, 1), 0.0)
-    d_cum = np.concatenate([[0.0], np.cumsum(d_weight)])
-    t_cum = np.concatenate([[0.0], np.cumsum(t_weight)])
-    device_share = d_cum[d_ei] - d_cum[d_si]
-    host_share = t_cum[t_ei] - t_cum[t_si]
-    idle = float(seg[(d_count <= 0) & (t_count <= 0)].sum())
-
-    # --- rows
-    backward_seq_scope = _forward_scopes(trace, top_of, scope_of)
-    in_window = (start[tops] >= w0) & (start[tops] < w1)
-    row_of_top = np.full(len(tops), -1, dtype=np.int64)
-    keys: list[tuple[str, str]] = []
-    key_ids: dict[tuple[str, str], int] = {}
-    top_names = names[tops].tolist()
-    top_scopes = scope_of[tops].tolist()
-    top_seq = trace.seq[tops].tolist()
-    for j, (name_id, scope, sq) in enumerate(zip(top_names, top_scopes, top_seq, strict=True)):
-        label = strings[name_id]
-        module = scope_strings[scope] if scope >= 0 else ""
-        if label.startswith(BACKWARD_PREFIX):
-            label = label[len(BACKWARD_PREFIX) :]
-            module = backward_seq_scope.get(sq, module) if sq >= 0 else module
-            if isinstance(module, int):
-                module = scope_strings[module]
-        key = (module, label)
-        code = key_ids.get(key)
-        if code is None:
-            code = key_ids[key] = len(keys)
-            keys.append(key)
-        row_of_top[j] = code
+    row_of_top, keys = _row_keys(trace, tops, scope_of, scope_strings)
     orphan_row = len(keys)
     idle_row = orphan_row + 1
     n_rows = idle_row + 1
-
-    index_of_top = np.full(n, -1, dtype=np.int64)
+    index_of_top = np.full(n, -1, dtype=np.int32)
     index_of_top[tops] = np.arange(len(tops))
     dev_row = np.full(len(device), orphan_row, dtype=np.int64)
     owned = owner >= 0
     dev_row[owned] = row_of_top[index_of_top[owner[owned]]]
-    dev_in_window = (start[device] >= w0) & (start[device] < w1)
 
-    def per_row(rows, weights, length=n_rows):
-        return np.bincount(rows, weights=weights, minlength=length)
+    # --- attribute every instant of the window to a row and a step
+    step_time = np.diff(edges)
+    kept = _kept_steps(step_time, steps_used)
+    used = len(kept)
+    time, host_time = _attribute(edges, kept, start, end, tops, device, row_of_top, dev_row, idle_row, n_rows)
 
-    time = per_row(row_of_top, host_share) + per_row(dev_row, device_share)
-    time[idle_row] += idle
-    host_time = per_row(row_of_top, host_share)
-    calls = per_row(row_of_top, in_window.astype(float))
-    cpu_time = per_row(row_of_top, np.where(in_window, trace.dur[tops], 0.0))
-    self_time = per_row(row_of_top, np.where(in_window, trace.dur[tops] - child_sum[tops], 0.0))
-    device_time = per_row(dev_row, np.where(dev_in_window, trace.dur[device], 0.0))
-    kernels = per_row(dev_row, dev_in_window.astype(float))
-    memcpy = per_row(dev_row, (dev_in_window & (kind[device] == tr.MEMCPY)).astype(float))
-    transfers = per_row(dev_row, (dev_in_window & np.isin(kind[device], (tr.MEMCPY, tr.MEMSET))).astype(float))
-    copy_count = per_row(row_of_top, np.where(in_window, copies[tops], 0.0)) + memcpy
+    # Counts and host/device durations: the events that start in a kept step.
+    def kept_events(events):
+        inside = (start[events] >= w0) & (start[events] < w1)
+        step = np.clip(np.searchsorted(edges, start[events], side="right") - 1, 0, n_steps - 1)
+        return inside & np.isin(step, kept)
+
+    def per_row(rows, weights):
+        return np.bincount(rows, weights=weights, minlength=n_rows)
+
+    top_kept = kept_events(tops)
+    dev_kept = kept_events(device)
+    calls = per_row(row_of_top, top_kept.astype(float))
+    cpu_time = per_row(row_of_top, np.where(top_kept, trace.dur[tops], 0.0))
+    self_time = per_row(row_of_top, np.where(top_kept, trace.dur[tops] - child_sum[tops], 0.0))
+    device_time = per_row(dev_row, np.where(dev_kept, trace.dur[device], 0.0))
+    kernels = per_row(dev_row, dev_kept.astype(float))
+    memcpy = per_row(dev_row, (dev_kept & (kind[device] == tr.MEMCPY)).astype(float))
+    transfers = per_row(dev_row, (dev_kept & np.isin(kind[device], (tr.MEMCPY, tr.MEMSET))).astype(float))
+    copy_count = per_row(row_of_top, np.where(top_kept, copies[tops], 0.0)) + memcpy
     comm_kernel = np.zeros(n_rows, dtype=bool)
     if len(device):
         comm_names = np.array([_is_comm(s) for s in strings], dtype=bool)
@@ -401,15 +336,15 @@ def summarize(trace: tr.Trace) -> TraceProfile:
         if time[r] == 0 and calls[r] == 0 and kernels[r] == 0:
             continue
         rows[key] = OpStats(
-            calls=calls[r] / n_steps,
-            time=time[r] / n_steps,
-            host_time=host_time[r] / n_steps,
-            cpu_time=cpu_time[r] / n_steps,
-            self_time=self_time[r] / n_steps,
-            device_time=device_time[r] / n_steps,
-            kernels=kernels[r] / n_steps,
-            copies=copy_count[r] / n_steps,
-            transfers=transfers[r] / n_steps,
+            calls=calls[r] / used,
+            time=time[r] / used,
+            host_time=host_time[r] / used,
+            cpu_time=cpu_time[r] / used,
+            self_time=self_time[r] / used,
+            device_time=device_time[r] / used,
+            kernels=kernels[r] / used,
+            copies=copy_count[r] / used,
+            transfers=transfers[r] / used,
             comm=bool(comm_kernel[r] or _is_comm(key[1])),
             shapes=first_dims.get(r, ""),
         )
@@ -419,26 +354,247 @@ def summarize(trace: tr.Trace) -> TraceProfile:
         has_device=bool(len(device)),
         steps=n_steps,
         step_source=step_source,
-        total=(w1 - w0) / n_steps,
+        total=float(step_time[kept].sum()) / used,
         events=trace.event_count,
         rows=rows,
+        steps_used=steps_used,
+        kept_steps=used,
+        step_times=step_time.tolist(),
     )
 
 
-def _forward_scopes(trace: tr.Trace, top_of, scope_of) -> dict[int, int]:
-    """Autograd sequence number -> scope of the forward op that recorded it (first occurrence)."""
+_NEST_CHUNK = 1 << 16  # host events turned into Python values at a time (bounds the memory of the walk)
+
+
+def _nest(trace: tr.Trace, start, end, host, flow_starts):
+    """Walk each host thread's events in start order with a stack of open ranges.
+
+    Returns per event: its top-level op (CPU ops and launches; -1 otherwise) and, for
+    CPU ops, its scope (interned in the returned scope strings); the summed length of
+    each event's direct children; the nested copy/cast ops under each top-level op;
+    and the top-level op open where each flow starts (torch_npu's links).
+    """
     import numpy as np
 
-    candidates = np.nonzero((trace.kind == tr.CPU_OP) & (trace.seq >= 0))[0]
-    if not len(candidates):
-        return {}
+    kind, names, strings = trace.kind, trace.name, trace.strings
+    n = len(trace)
+    flows = trace.flows
+    seq_track = np.concatenate([trace.track[host], flows["track"][flow_starts]])
+    seq_ts = np.concatenate([start[host], flows["ts"][flow_starts]])
+    seq_dur = np.concatenate([trace.dur[host], np.zeros(len(flow_starts))])
+    seq_id = np.concatenate([host, n + np.arange(len(flow_starts))]).astype(np.int32)
+    order = np.lexsort((-seq_dur, seq_ts, seq_track)).astype(np.int32)
+    del seq_dur
+
+    scope_strings: list[str] = [""]
+    scope_ids: dict[str, int] = {"": 0}
+
+    def scope_code(text: str) -> int:
+        code = scope_ids.get(text)
+        if code is None:
+            code = scope_ids[text] = len(scope_strings)
+            scope_strings.append(text)
+        return code
+
+    parent_of = np.full(len(order), -1, dtype=np.int32)  # by position in `order`
+    top_at = np.full(len(order), -1, dtype=np.int32)
+    scope_at = np.full(len(order), -1, dtype=np.int32)
+    stack: list[tuple[float, int, int, int]] = []  # (end, top op, scope, event)
+    current = -1
+    for c0 in range(0, len(order), _NEST_CHUNK):
+        at = order[c0 : c0 + _NEST_CHUNK]
+        ids = seq_id[at]
+        real = ids < n
+        safe = np.where(real, ids, 0)
+        parents: list[int] = []
+        tops: list[int] = []
+        scopes: list[int] = []
+        for i, t, s, k, e, label in zip(
+            ids.tolist(),
+            seq_track[at].tolist(),
+            seq_ts[at].tolist(),
+            np.where(real, kind[safe], tr.FLOW_START).tolist(),
+            np.where(real, end[safe], 0.0).tolist(),
+            names[safe].tolist(),
+            strict=True,
+        ):
+            if t != current:
+                stack.clear()
+                current = t
+            while stack and stack[-1][0] <= s:
+                stack.pop()
+            if stack:
+                _, parent_top, parent_scope, parent = stack[-1]
+            else:
+                parent_top, parent_scope, parent = -1, 0, -1
+            parents.append(parent)
+            if k == tr.CPU_OP:
+                top = parent_top if parent_top >= 0 else i
+                tops.append(top)
+                scopes.append(parent_scope)
+                stack.append((e, top, parent_scope, i))
+                continue
+            tops.append(parent_top if k in (tr.LAUNCH, tr.FLOW_START) else -1)
+            scopes.append(-1)
+            if k == tr.LAUNCH:
+                stack.append((e, parent_top, parent_scope, i))
+            elif k == tr.MODULE:
+                text = strings[label]
+                if text.startswith(tr.TORCH_MODULE_PREFIX):
+                    text = text[len(tr.TORCH_MODULE_PREFIX) :]
+                    text = f"{scope_strings[parent_scope]}/{text}" if parent_scope else text
+                stack.append((e, parent_top, scope_code(text), i))
+            elif k == tr.ANNOTATION:
+                text = strings[label]
+                text = f"{scope_strings[parent_scope]} / {text}" if parent_scope else text
+                stack.append((e, parent_top, scope_code(text), i))
+            elif k != tr.FLOW_START:  # STEP and anything else that only nests
+                stack.append((e, parent_top, parent_scope, i))
+        parent_of[c0 : c0 + len(parents)] = parents
+        top_at[c0 : c0 + len(tops)] = tops
+        scope_at[c0 : c0 + len(scopes)] = scopes
+
+    ids = seq_id[order]
+    del seq_id, seq_track, seq_ts, order
+    real = ids < n
+    flow_owner = np.full(len(flow_starts), -1, dtype=np.int64)
+    flow_owner[ids[~real] - n] = top_at[~real]
+    ids, parent_of, top_at, scope_at = ids[real], parent_of[real], top_at[real], scope_at[real]
+    top_of = np.full(n, -1, dtype=np.int32)
+    top_of[ids] = top_at
+    scope_of = np.full(n, -1, dtype=np.int32)
+    scope_of[ids] = scope_at
+    del top_at, scope_at
+    nested = parent_of >= 0
+    child_sum = np.bincount(parent_of[nested], weights=np.maximum(trace.dur[ids[nested]], 0.0), minlength=n)
+    copy_ids = np.array([s in COPY_OPS for s in strings], dtype=bool)
+    is_copy = (kind == tr.CPU_OP) & (top_of >= 0) & (top_of != np.arange(n)) & copy_ids[names]
+    copies = np.bincount(top_of[is_copy], minlength=n).astype(float)
+    return top_of, scope_of, child_sum, copies, flow_owner, scope_strings
+
+
+def _attribute(edges, kept, start, end, tops, device, row_of_top, dev_row, idle_row: int, n_rows: int):
+    """Split the window's instants among rows, step by step; return each row's time in the kept steps.
+
+    Returns (time, host time) per row, summed over the kept steps: each kept step's
+    instants are split in full, so the rows add up to the kept steps' total length.
+    """
+    import numpy as np
+
+    n_steps = len(edges) - 1
+    keep = np.zeros(n_steps, dtype=bool)
+    keep[kept] = True
+    w0, w1 = float(edges[0]), float(edges[-1])
+    d_s, d_e = np.clip(start[device], w0, w1), np.clip(end[device], w0, w1)
+    t_s, t_e = np.clip(start[tops], w0, w1), np.clip(end[tops], w0, w1)
+    bounds = np.unique(np.concatenate([d_s, d_e, t_s, t_e, edges]))
+    seg = np.diff(bounds)
+    seg_step = (np.searchsorted(edges, bounds[:-1], side="right") - 1).astype(np.int32)  # step of each segment
+    edge_seg = np.searchsorted(bounds, edges)  # first segment of each step (and the end)
+
+    def active(s, e):
+        si = np.searchsorted(bounds, s).astype(np.int32)
+        ei = np.searchsorted(bounds, e).astype(np.int32)
+        count = np.bincount(si, minlength=len(bounds)) - np.bincount(ei, minlength=len(bounds))
+        return np.cumsum(count[:-1], dtype=np.int32), si, ei
+
+    def in_kept_steps(rows, si, ei, weight):
+        # An event's share of segments [si, ei) is cum[ei] - cum[si]; one spanning a step edge
+        # is cut there, and only its pieces in kept steps count.
+        cum = np.concatenate([[0.0], np.cumsum(weight)])
+        first = seg_step[np.minimum(si, len(seg) - 1)]
+        last = seg_step[np.maximum(ei - 1, 0)]
+        pieces = np.where(ei > si, last - first + 1, 0)
+        event = np.repeat(np.arange(len(si), dtype=np.int32), pieces)
+        step = first[event] + (np.arange(len(event)) - np.repeat(np.cumsum(pieces) - pieces, pieces))
+        event, step = event[keep[step]], step[keep[step]]
+        lo = np.maximum(si[event], edge_seg[step])
+        hi = np.minimum(ei[event], edge_seg[step + 1])
+        return np.bincount(rows[event], weights=cum[hi] - cum[lo], minlength=n_rows)
+
+    # Device work owns the instants it runs in (shared by concurrent kernels); host ops own
+    # the instants when the device is idle; the rest is idle time. Temporaries are dropped
+    # as soon as they are used: for millions of events each is tens of MB.
+    d_count, d_si, d_ei = active(d_s, d_e)
+    del d_s, d_e
+    t_count, t_si, t_ei = active(t_s, t_e)
+    del t_s, t_e
+    device_idle = d_count <= 0
+    idle = device_idle & (t_count <= 0) & keep[seg_step]
+    idle_time = float(seg[idle].sum())
+    del idle
+    host = in_kept_steps(row_of_top, t_si, t_ei, np.where(device_idle & (t_count > 0), seg / np.maximum(t_count, 1), 0.0))
+    del t_count, t_si, t_ei, device_idle
+    time = host + in_kept_steps(dev_row, d_si, d_ei, np.where(d_count > 0, seg / np.maximum(d_count, 1), 0.0))
+    time[idle_row] += idle_time
+    return time, host
+
+
+def _kept_steps(step_time, steps_used: str):
+    """Indices of the steps the figures are averaged over (see STEPS_USED)."""
+    import numpy as np
+
+    if steps_used not in STEPS_USED:
+        raise ValueError(f"steps_used must be one of {', '.join(STEPS_USED)}, not {steps_used!r}")
+    order = np.argsort(step_time, kind="stable")
+    if steps_used == ALL_STEPS:
+        return np.sort(order)
+    return np.sort(order[: (len(order) + 1) // 2])
+
+
+def _row_keys(trace: tr.Trace, tops, scope_of, scope_strings: list[str]):
+    """The row of each top-level op, and the (module, op) key of each row, in order of first call.
+
+    A backward node (`autograd::engine::evaluate_function: MmBackward0`) is named by its node
+    and takes the scope of the forward op with the same autograd sequence number.
+    """
+    import numpy as np
+
+    strings = trace.strings
+    label = trace.name[tops].astype(np.int64)
+    scope = scope_of[tops].astype(np.int64)
+    backward = np.array([s.startswith(BACKWARD_PREFIX) for s in strings], dtype=bool)[label]
+    if backward.any():
+        want = trace.seq[tops[backward]]
+        seqs, scopes = _forward_scopes(trace, scope_of, want[want >= 0])
+        if len(seqs):
+            pos = np.clip(np.searchsorted(seqs, want), 0, len(seqs) - 1)
+            hit = (seqs[pos] == want) & (want >= 0)
+            moved = scope[backward]
+            moved[hit] = scopes[pos[hit]]
+            scope[backward] = moved
+    width = len(scope_strings) + 1
+    codes, first, row_of_top = np.unique(label * width + scope + 1, return_index=True, return_inverse=True)
+    keys: list[tuple[str, str]] = []
+    key_ids: dict[tuple[str, str], int] = {}
+    row_of_code = np.zeros(len(codes), dtype=np.int64)
+    for c in np.argsort(first, kind="stable").tolist():
+        label_id, scope_id = divmod(int(codes[c]), width)
+        text = strings[label_id]
+        if text.startswith(BACKWARD_PREFIX):
+            text = text[len(BACKWARD_PREFIX) :]
+        key = (scope_strings[scope_id - 1] if scope_id > 0 else "", text)
+        row = key_ids.get(key)
+        if row is None:
+            row = key_ids[key] = len(keys)
+            keys.append(key)
+        row_of_code[c] = row
+    return row_of_code[row_of_top.reshape(-1)], keys
+
+
+def _forward_scopes(trace: tr.Trace, scope_of, wanted):
+    """(sequence numbers, scopes): for each autograd sequence number in `wanted`, the scope
+    of the first forward op that recorded it; both arrays sorted by sequence number."""
+    import numpy as np
+
+    candidates = np.nonzero((trace.kind == tr.CPU_OP) & np.isin(trace.seq, wanted))[0]
     backward_name = np.array(
         [s.startswith("autograd::") or "Backward" in s for s in trace.strings], dtype=bool
     )
     candidates = candidates[~backward_name[trace.name[candidates]]]
     candidates = candidates[np.argsort(trace.ts[candidates], kind="stable")]
     seqs, first = np.unique(trace.seq[candidates], return_index=True)
-    return dict(zip(seqs.tolist(), scope_of[candidates[first]].tolist(), strict=True))
+    return seqs, scope_of[candidates[first]].astype(np.int64)
 
 
 def _link_by_flows(trace: tr.Trace, device, owner, flow_starts, flow_owner) -> None:
@@ -446,7 +602,9 @@ def _link_by_flows(trace: tr.Trace, device, owner, flow_starts, flow_owner) -> N
     import numpy as np
 
     flows = trace.flows
-    start_owner = dict(zip(flows["id"][flow_starts].tolist(), flow_owner.tolist(), strict=True))
+    # A flow is (category, id): ac2g and async_npu number their flows independently.
+    keys = zip(flows["cat"][flow_starts].tolist(), flows["id"][flow_starts].tolist(), strict=True)
+    start_owner = dict(zip(keys, flow_owner.tolist(), strict=True))
     ends = np.nonzero(flows["start"] == 0)[0]
     position: dict[tuple[int, float], int] = {}
     for j, (t, s) in enumerate(zip(trace.track[device].tolist(), trace.ts[device].tolist(), strict=True)):
@@ -454,11 +612,11 @@ def _link_by_flows(trace: tr.Trace, device, owner, flow_starts, flow_owner) -> N
     for f in ends.tolist():
         j = position.get((int(flows["track"][f]), round(float(flows["ts"][f]), 3)))
         if j is not None and owner[j] < 0:
-            owner[j] = start_owner.get(int(flows["id"][f]), -1)
+            owner[j] = start_owner.get((int(flows["cat"][f]), int(flows["id"][f])), -1)
 
 
-def profile_trace(path: str | Path) -> TraceProfile:
-    return summarize(tr.load_trace(path))
+def profile_trace(path: str | Path, steps_used: str = FASTER_HALF) -> TraceProfile:
+    return summarize(tr.load_trace(path), steps_used)
 
 
 # --------------------------------------------------------------------------- diff
@@ -502,6 +660,8 @@ def _why(base: OpStats | None, test: OpStats | None, test_has_device: bool, key:
 
 
 def diff(base: TraceProfile, test: TraceProfile) -> ProfileDiff:
+    if base.steps_used != test.steps_used:
+        raise ValueError(f"both sides must average the same steps (base: {base.steps_used}, test: {test.steps_used})")
     total = test.total - base.total
     keys = list(base.rows)
     keys += [k for k in test.rows if k not in base.rows]
@@ -525,9 +685,36 @@ def diff(base: TraceProfile, test: TraceProfile) -> ProfileDiff:
     return ProfileDiff(base=base, test=test, rows=rows)
 
 
-def diff_traces(base: str | Path, test: str | Path) -> ProfileDiff:
+def diff_traces(base: str | Path, test: str | Path, steps_used: str = FASTER_HALF) -> ProfileDiff:
     """Load two traces and diff them (the library call behind `accelport profile-diff`)."""
-    return diff(profile_trace(base), profile_trace(test))
+    return diff(*profile_traces([base, test], steps_used))
+
+
+def profile_traces(paths: Sequence[str | Path], steps_used: str = FASTER_HALF) -> list[TraceProfile]:
+    """`profile_trace` of each path; large traces are read at the same time, one per core.
+
+    Reading a trace is CPU-bound Python, so the first trace is read here while the
+    others are read in worker processes; each worker returns its small summary,
+    never the columns. Below PARALLEL_BYTES in all, a worker costs more than it saves.
+    """
+    sizes = [Path(p).stat().st_size if Path(p).is_file() else 0 for p in paths]
+    workers = min(len(paths) - 1, (os.cpu_count() or 1) - 1)
+    if workers < 1 or sum(sizes) < PARALLEL_BYTES or not all(sizes):
+        return [profile_trace(p, steps_used) for p in paths]
+    tr.check_dependencies()  # a missing package is reported here, not from inside a worker
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    # spawn, not fork: the caller may hold threads (torch's pools) that a fork would copy mid-lock.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        others = [pool.submit(profile_trace, p, steps_used) for p in paths[1:]]
+        first = profile_trace(paths[0], steps_used)
+        try:
+            return [first, *(future.result() for future in others)]
+        except BrokenProcessPool:
+            log.warning("a trace-reading worker died (out of memory?); reading the traces one after the other")
+    return [first, *(profile_trace(p, steps_used) for p in paths[1:])]
 
 
 def top_rows(result: ProfileDiff, limit: int | None) -> list[DiffRow]:
@@ -689,7 +876,12 @@ def format_ms(us: float | None) -> str:
 def describe_sides(result: ProfileDiff) -> list[tuple[str, str]]:
     def side(p: TraceProfile) -> str:
         where = p.device or ("host only" if not p.has_device else "device")
-        return f"{p.path} ({where}; {p.steps} step(s) from {p.step_source}; {p.events} events)"
+        if p.kept_steps < p.steps:
+            steps = (f"{p.kept_steps} of {p.steps} steps from {p.step_source} ({p.steps_used}; "
+                     f"all steps: {format_ms(p.all_steps_total)} ms)")
+        else:
+            steps = f"{p.steps} step(s) from {p.step_source}"
+        return f"{p.path} ({where}; {steps}; {p.events} events)"
 
     return [("base", side(result.base)), ("test", side(result.test))]
 
@@ -801,7 +993,8 @@ def render_single(profile: TraceProfile, limit: int = 15) -> str:
          f"{s.kernels_per_call:.3g}", s.shapes[:48]]
         for key, s in rows[:limit]
     ]
-    head = f"{profile.path}: {format_ms(profile.total)} ms per step over {profile.steps} step(s) ({profile.step_source})\n\n"
+    used = f"the {profile.steps_used} ({profile.kept_steps}) of " if profile.kept_steps < profile.steps else ""
+    head = f"{profile.path}: {format_ms(profile.total)} ms per step over {used}{profile.steps} step(s) ({profile.step_source})\n\n"
     return head + text_table(["module", "op", "calls", "ms/step", "share", "kernels/call", "input shapes"], shown)
 
 

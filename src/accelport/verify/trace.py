@@ -1,20 +1,24 @@
 """Stream Chrome/Kineto trace files (torch.profiler on CUDA, ROCm, XPU, CPU; torch_npu's trace_view.json) into columns.
 
 A trace of millions of events never becomes millions of Python dicts held at
-once: events are decoded one by one from a text stream and appended to typed
-columns (`array.array`), which become numpy arrays for the analysis. Names
-and shapes are interned, so a 2.75M-event trace takes ~100 bytes per event.
+once: the text is read in 4 MB buffers, each decoded in one call into small
+typed records (`trace_schema.Event`: only the fields the analysis uses) and
+appended to typed columns by one list comprehension per column. Names
+and shapes are interned, so a 2.75M-event trace takes ~60 bytes per event.
 """
 
 from __future__ import annotations
 
+import gc
 import gzip
+import importlib.util
 import io
 import json
 import logging
 import re
 from array import array
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,7 +145,8 @@ class _Reader:
             if not self.fill():
                 return ""
 
-    def value(self) -> Any:
+    def value(self, text: bool = False) -> Any:
+        """The next JSON value (or, with `text`, its source text)."""
         self.skip()
         while True:
             try:
@@ -158,8 +163,8 @@ class _Reader:
             # A number or literal cut by the buffer edge decodes "successfully" but short.
             if end >= len(self.buf) and not self.eof and self.fill():
                 continue
-            self.pos = end
-            return obj
+            start, self.pos = self.pos, end
+            return self.buf[start:end] if text else obj
 
     def expect(self, char: str) -> None:
         if self.skip() != char:
@@ -187,6 +192,22 @@ def iter_events(path: str | Path, metadata: dict[str, Any] | None = None) -> Ite
 
 def iter_event_batches(path: str | Path, metadata: dict[str, Any] | None = None) -> Iterator[list[Any]]:
     """Like `iter_events`, in lists of events (one per buffer), which is much faster to consume."""
+    return _iter_batches(path, metadata, _JSON_EVENTS)
+
+
+@dataclass(frozen=True)
+class _Decoding:
+    """How a batch of events (a JSON array text) and one event (a JSON object text) become values."""
+
+    many: Callable[[str], list[Any]]
+    one: Callable[[str], Any]
+    errors: tuple[type[Exception], ...]
+
+
+_JSON_EVENTS = _Decoding(json.loads, json.loads, (json.JSONDecodeError,))
+
+
+def _iter_batches(path: str | Path, metadata: dict[str, Any] | None, decoding: _Decoding) -> Iterator[list[Any]]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: trace file not found; pass the .json (or .json.gz) file torch.profiler wrote")
@@ -202,7 +223,7 @@ def iter_event_batches(path: str | Path, metadata: dict[str, Any] | None = None)
             raise UserError(f"{path}: cannot read ({exc}); is the gzip file complete?") from None
         if first == "[":
             reader.pos += 1
-            yield from _iter_array(reader)
+            yield from _iter_array(reader, decoding)
             return
         if first != "{":
             raise UserError(f"{path}: not a Chrome/Kineto trace (it does not start with '{{' or '['); pass a trace .json file")
@@ -219,7 +240,7 @@ def iter_event_batches(path: str | Path, metadata: dict[str, Any] | None = None)
             if key == "traceEvents":
                 reader.expect("[")
                 seen_events = True
-                yield from _iter_array(reader)
+                yield from _iter_array(reader, decoding)
             else:
                 value = reader.value()
                 if metadata is not None:
@@ -228,7 +249,7 @@ def iter_event_batches(path: str | Path, metadata: dict[str, Any] | None = None)
             raise UserError(f"{path}: has no traceEvents; pass a trace written by torch.profiler or torch_npu")
 
 
-def _iter_array(reader: _Reader) -> Iterator[list[Any]]:
+def _iter_array(reader: _Reader, decoding: _Decoding) -> Iterator[list[Any]]:
     """Events of the array at the reader, many per decode call.
 
     The fast path cuts the buffer after the last `},` that is followed by `{` and
@@ -236,7 +257,6 @@ def _iter_array(reader: _Reader) -> Iterator[list[Any]]:
     event (a nested `},{`) fails to decode; then events are read one at a time
     for a while, which is always correct.
     """
-    loads = json.loads
     careful = 0
     while True:
         char = reader.skip()
@@ -250,17 +270,24 @@ def _iter_array(reader: _Reader) -> Iterator[list[Any]]:
             cut = _last_event_end(buf, pos)
             if cut > pos:
                 try:
-                    batch = loads("[" + buf[pos : cut + 1] + "]")
-                except json.JSONDecodeError:
+                    batch = decoding.many("[" + buf[pos : cut + 1] + "]")
+                except decoding.errors:
                     careful = 2000
                 else:
                     reader.pos = cut + 1
                     yield batch
                     continue
+            elif len(buf) - pos < _MAX_VALUE and reader.fill():
+                # The rest of the buffer is one event cut by its edge: read on, rather than fail
+                # a decode (a failed decode leaves a cycle that holds the whole buffer).
+                continue
         careful -= 1
-        event = reader.value()
-        if isinstance(event, dict):
-            yield [event]
+        text = reader.value(text=True)
+        if text.startswith("{"):
+            try:
+                yield [decoding.one(text)]
+            except decoding.errors as exc:
+                raise UserError(f"{reader.path}: trace event with an unexpected field ({exc}); is this a Chrome/Kineto trace?") from None
 
 
 def _last_event_end(buf: str, pos: int) -> int:
@@ -277,148 +304,217 @@ def _last_event_end(buf: str, pos: int) -> int:
     return -1
 
 
-def _number(value: Any) -> float:
-    # torch_npu writes timestamps as strings ("1695115378713.851").
-    return value if isinstance(value, float) else float(value)
+class _Columns:
+    """Events, a batch at a time, into typed columns; names, shapes and tracks interned.
+
+    Each batch is a list of `trace_schema.Event`; every column is filled by one
+    list comprehension and one numpy conversion per batch, never by per-event
+    Python branching (the classification of an event depends on its (category,
+    name) pair, which is worked out once per distinct pair).
+    """
+
+    def __init__(self) -> None:
+        self.strings: list[str] = []
+        self.interned: dict[str, int] = {}
+        self.tracks: list[tuple[str, str]] = []
+        self.track_ids: dict[tuple[Any, Any], int] = {}
+        self.classes: dict[tuple[Any, Any], int] = {}  # (cat, name) -> label | kind << 32 | no-category << 40
+        self.dims_ids: dict[bytes, int] = {b"": -1}
+        self.flow_ids: dict[Any, int] = {}  # flow ids that are not small ints
+        self.process_names: dict[str, str] = {}
+        self.thread_names: dict[tuple[str, str], str] = {}
+        self.counts: Counter[Any] = Counter()
+        # array.array grows in place (realloc): numpy chunks kept in a list would pepper the heap
+        # between the short-lived batch buffers and keep it from being reused.
+        self.columns = {name: array(_TYPECODES[dtype]) for name, dtype in _COLUMN_TYPES.items()}
+
+    def intern(self, text: str) -> int:
+        code = self.interned.get(text)
+        if code is None:
+            code = self.interned[text] = len(self.strings)
+            self.strings.append(text)
+        return code
+
+    def track_codes(self, events: list[Any]) -> list[int]:
+        ids = self.track_ids
+        get = ids.get
+        codes = [get((e.pid, e.tid)) for e in events]
+        if None not in codes:
+            return codes
+        for e in events:
+            key = (e.pid, e.tid)
+            if key not in ids:
+                ids[key] = len(self.tracks)
+                self.tracks.append((str(key[0]), str(key[1])))
+        return [ids[(e.pid, e.tid)] for e in events]
+
+    def classify(self, cat: Any, name: Any) -> int:
+        if not isinstance(name, str) or not (cat is None or isinstance(cat, str)):
+            raise TypeError(f"name {name!r} / cat {cat!r} is not text")
+        label = name
+        if cat is None:
+            kind = CPU_OP if name.startswith(_OP_PREFIXES) else OTHER
+        else:
+            kind = _CATEGORY_KIND.get(cat)
+            if kind is None:
+                kind = _CATEGORY_KIND.get(cat.lower(), OTHER)
+        if name.startswith("ProfilerStep#"):
+            kind = STEP
+        elif kind == ANNOTATION and name.startswith(MODULE_PREFIX):
+            kind, label = MODULE, name[len(MODULE_PREFIX) :]
+        elif kind == OTHER and cat == "python_function" and name.startswith(TORCH_MODULE_PREFIX):
+            kind, label = MODULE, name[len(TORCH_MODULE_PREFIX) :]
+        return self.intern(label) | kind << 32 | (cat is None) << 40
+
+    def dims_code(self, raw: bytes) -> int:
+        code = self.dims_ids.get(raw)
+        if code is None:
+            if not raw:  # no "Input Dims"
+                return -1
+            # The text the old per-event reader produced: str() of the decoded list.
+            code = self.dims_ids[raw] = self.intern(str(json.loads(raw)))
+        return code
+
+    def add(self, batch: list[Any]) -> None:
+        import numpy as np
+
+        from accelport.verify.trace_schema import NO_ARGS
+
+        phases = [e.ph for e in batch]
+        self.counts.update(phases)
+        if self.counts.get("X", 0) == sum(self.counts.values()):
+            events = batch
+        else:
+            events = [e for e in batch if e.ph == "X"]
+            self._add_other([e for e in batch if e.ph != "X"])
+        if not events:
+            return
+        classes = self.classes
+        get = classes.get
+        info = [get((e.cat, e.name)) for e in events]
+        if None in info:  # pairs not seen before: classify each once
+            for e in events:
+                key = (e.cat, e.name)
+                if key not in classes:
+                    classes[key] = self.classify(*key)
+            info = [classes[(e.cat, e.name)] for e in events]
+        info = np.array(info, dtype=np.int64)
+        args = [e.args or NO_ARGS for e in events]
+        kind = ((info >> 32) & 0xFF).astype(np.int8)
+        corr = _ints([a.correlation for a in args])
+        no_category = (info >> 40).astype(bool)
+        task = np.array([a.task_type is not None for a in args], dtype=bool)
+        kind[no_category & task & (kind != STEP)] = KERNEL  # torch_npu device tasks carry a "Task Type"
+        kind[(kind == OTHER) & (corr != -1)] = LAUNCH  # an unknown runtime category with a correlation id
+        dims_get = self.dims_ids.get
+        raw_dims = [bytes(a.input_dims) for a in args]
+        dims = [dims_get(d) for d in raw_dims]
+        if None in dims:
+            dims = [self.dims_code(d) for d in raw_dims]
+        dims = np.array(dims, dtype=np.int32)
+        dims[kind != CPU_OP] = -1
+        self.put("kind", kind)
+        self.put("name", (info & 0xFFFFFFFF).astype(np.int32))
+        self.put("track", np.array(self.track_codes(events), dtype=np.int32))
+        self.put("ts", np.array([e.ts for e in events], dtype=np.float64))
+        self.put("dur", np.array([e.dur for e in events], dtype=np.float64))
+        self.put("corr", corr)
+        self.put("ext", _ints([a.external_id for a in args]))
+        self.put("seq", _ints([a.sequence for a in args]))
+        self.put("dims", dims)
+
+    def _add_other(self, events: list[Any]) -> None:
+        import numpy as np
+
+        for e in [e for e in events if e.ph == "M"]:
+            if e.args is not None and e.name == "process_name":
+                self.process_names[str(e.pid)] = str(e.args.name or "")
+            elif e.args is not None and e.name == "thread_name":
+                self.thread_names[(str(e.pid), str(e.tid))] = str(e.args.name or "")
+        flows = [e for e in events if e.ph in _FLOW_PHASES and e.cat in _LINK_FLOWS and e.id is not None]
+        if not flows:
+            return
+        # Flow ids are kept as they are (ints, in nearly every trace); only other ids are interned.
+        ids = [e.id for e in flows]
+        if not all(type(v) is int and 0 <= v < _OTHER_IDS for v in ids):
+            other = self.flow_ids
+            ids = [v if type(v) is int and 0 <= v < _OTHER_IDS else _OTHER_IDS + other.setdefault(v, len(other)) for v in ids]
+        category = {cat: self.intern(cat) for cat in LINK_FLOW_CATEGORIES}
+        self.put("f_cat", np.array([category[e.cat] for e in flows], dtype=np.int32))
+        self.put("f_id", np.array(ids, dtype=np.int64))
+        self.put("f_start", np.array([e.ph == "s" for e in flows], dtype=np.int8))
+        self.put("f_track", np.array(self.track_codes(flows), dtype=np.int32))
+        self.put("f_ts", np.array([e.ts for e in flows], dtype=np.float64))
+
+    def put(self, name: str, values: Any) -> None:
+        """Append a numpy chunk (of the column's dtype) to a column."""
+        self.columns[name].frombytes(memoryview(values).cast("B"))
+
+    def column(self, name: str) -> Any:
+        import numpy as np
+
+        return np.frombuffer(self.columns.pop(name), dtype=_COLUMN_TYPES[name])
+
+
+_FLOW_PHASES = frozenset(("s", "f", "t"))
+_LINK_FLOWS = frozenset(LINK_FLOW_CATEGORIES)
+_EVENT_COLUMNS = ("kind", "name", "track", "ts", "dur", "corr", "ext", "seq", "dims")
+_FLOW_COLUMNS = ("f_cat", "f_id", "f_start", "f_track", "f_ts")
+_COLUMN_TYPES = {"kind": "i1", "name": "i4", "track": "i4", "ts": "f8", "dur": "f8", "corr": "i8", "ext": "i8",
+                 "seq": "i8", "dims": "i4", "f_cat": "i4", "f_id": "i8", "f_start": "i1", "f_track": "i4", "f_ts": "f8"}
+
+
+_OTHER_IDS = 1 << 62  # flow ids that are not ints in [0, 2**62) are numbered from here
+_TYPECODES = {"i1": "b", "i4": "i", "i8": "q", "f8": "d"}
+
+
+def _ints(values: list[Any]) -> Any:
+    """An int64 column; anything that is not an int (absent, text, float) becomes -1."""
+    import numpy as np
+
+    return np.array([v if type(v) is int else -1 for v in values], dtype=np.int64)
+
+
+def check_dependencies() -> None:
+    """Raise MissingDependency unless numpy and msgspec (the `torch` extra) are installed."""
+    for package in ("numpy", "msgspec"):
+        if importlib.util.find_spec(package) is None:
+            raise MissingDependency(package, "torch", "reading profiler traces")
 
 
 def load_trace(path: str | Path) -> Trace:
     """Read a trace file into a `Trace` (columns); raises UserError on a file that is not a trace."""
-    try:
-        import numpy as np
-    except ImportError:
-        raise MissingDependency("numpy", "torch", "reading profiler traces") from None
+    check_dependencies()
+    from accelport.verify import trace_schema
 
     path = Path(path)
     metadata: dict[str, Any] = {}
-    strings: list[str] = []
-    interned: dict[str, int] = {}
-    tracks: list[tuple[str, str]] = []
-    track_ids: dict[tuple[Any, Any], int] = {}
-    kind, name, track = array("b"), array("i"), array("i")
-    ts, dur = array("d"), array("d")
-    corr, ext, seq, dims = array("q"), array("q"), array("q"), array("i")
-    f_cat, f_id, f_start, f_track, f_ts = array("i"), array("i"), array("b"), array("i"), array("d")
-    flow_ids: dict[Any, int] = {}
-    process_names: dict[str, str] = {}
-    thread_names: dict[tuple[str, str], str] = {}
-    counts: dict[str, int] = {}
-    category_kind = _CATEGORY_KIND
-
-    def intern(text: str) -> int:
-        code = interned.get(text)
-        if code is None:
-            code = interned[text] = len(strings)
-            strings.append(text)
-        return code
-
-    def track_of(event: dict[str, Any]) -> int:
-        key = (event.get("pid", ""), event.get("tid", ""))
-        code = track_ids.get(key)
-        if code is None:
-            code = track_ids[key] = len(tracks)
-            tracks.append((str(key[0]), str(key[1])))
-        return code
-
+    columns = _Columns()
+    decoding = _Decoding(trace_schema.events_decoder.decode, trace_schema.event_decoder.decode,
+                         (json.JSONDecodeError, trace_schema.DecodeError))
+    collecting = gc.isenabled()
+    gc.disable()  # millions of short-lived records: the cyclic collector would rescan them all, for nothing
     try:
-        for batch in iter_event_batches(path, metadata):
-            for event in batch:
-                ph = event.get("ph")
-                if ph != "X":
-                    counts[ph] = counts.get(ph, 0) + 1
-                    if ph == "M":
-                        args = event.get("args") or {}
-                        if event.get("name") == "process_name":
-                            process_names[str(event.get("pid", ""))] = str(args.get("name", ""))
-                        elif event.get("name") == "thread_name":
-                            thread_names[(str(event.get("pid", "")), str(event.get("tid", "")))] = str(args.get("name", ""))
-                    elif ph in ("s", "f", "t") and event.get("cat") in LINK_FLOW_CATEGORIES and "id" in event:
-                        key = (event["cat"], event["id"])
-                        code = flow_ids.get(key)
-                        if code is None:
-                            code = flow_ids[key] = len(flow_ids)
-                        f_cat.append(intern(event["cat"]))
-                        f_id.append(code)
-                        f_start.append(1 if ph == "s" else 0)
-                        f_track.append(track_of(event))
-                        f_ts.append(_number(event.get("ts", 0.0)))
-                    continue
-                counts["X"] = counts.get("X", 0) + 1
-                label = event.get("name", "")
-                cat = event.get("cat")
-                args = event.get("args")
-                if cat is None:
-                    code_kind = OTHER
-                    if args and "Task Type" in args:
-                        code_kind = KERNEL
-                    elif label.startswith(_OP_PREFIXES):
-                        code_kind = CPU_OP
-                else:
-                    code_kind = category_kind.get(cat)
-                    if code_kind is None:
-                        code_kind = category_kind.get(cat.lower(), OTHER)
-                if label.startswith("ProfilerStep#"):
-                    code_kind = STEP
-                elif code_kind == ANNOTATION:
-                    if label.startswith(MODULE_PREFIX):
-                        code_kind = MODULE
-                        label = label[len(MODULE_PREFIX) :]
-                elif code_kind == OTHER and cat == "python_function" and label.startswith(TORCH_MODULE_PREFIX):
-                    code_kind = MODULE
-                    label = label[len(TORCH_MODULE_PREFIX) :]
-                kind.append(code_kind)
-                name.append(intern(label))
-                track.append(track_of(event))
-                ts.append(_number(event.get("ts", 0.0)))
-                dur.append(_number(event.get("dur", 0.0)))
-                if args:
-                    c = args.get("correlation", -1)
-                    corr.append(c if type(c) is int else -1)
-                    x = args.get("External id", -1)
-                    ext.append(x if type(x) is int else -1)
-                    s = args.get("Sequence number", -1)
-                    seq.append(s if type(s) is int else -1)
-                    d = args.get("Input Dims") if code_kind == CPU_OP else None
-                    dims.append(intern(str(d)) if d else -1)
-                    if code_kind == OTHER and c != -1:
-                        kind[-1] = LAUNCH  # an unknown runtime category that still carries a correlation id
-                else:
-                    corr.append(-1)
-                    ext.append(-1)
-                    seq.append(-1)
-                    dims.append(-1)
-    except (KeyError, TypeError, ValueError) as exc:
+        for batch in _iter_batches(path, metadata, decoding):
+            columns.add(batch)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise UserError(f"{path}: trace event with an unexpected field ({exc}); is this a Chrome/Kineto trace?") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc}); is the file complete?") from None
-
-    def column(values: array, dtype: str):
-        return np.frombuffer(values, dtype=dtype).copy() if len(values) else np.zeros(0, dtype=dtype)
+    finally:
+        if collecting:
+            gc.enable()
 
     trace = Trace(
         path=path,
         metadata=metadata,
-        strings=strings,
-        kind=column(kind, "i1"),
-        name=column(name, "i4"),
-        track=column(track, "i4"),
-        ts=column(ts, "f8"),
-        dur=column(dur, "f8"),
-        corr=column(corr, "i8"),
-        ext=column(ext, "i8"),
-        seq=column(seq, "i8"),
-        dims=column(dims, "i4"),
-        tracks=tracks,
-        process_names=process_names,
-        thread_names=thread_names,
-        flows={
-            "cat": column(f_cat, "i4"),
-            "id": column(f_id, "i4"),
-            "start": column(f_start, "i1"),
-            "track": column(f_track, "i4"),
-            "ts": column(f_ts, "f8"),
-        },
-        counts=counts,
+        strings=columns.strings,
+        **{name: columns.column(name) for name in _EVENT_COLUMNS},
+        tracks=columns.tracks,
+        process_names=columns.process_names,
+        thread_names=columns.thread_names,
+        flows={name[2:]: columns.column(name) for name in _FLOW_COLUMNS},
+        counts=dict(columns.counts),
     )
     _classify_device_tracks(trace)
     if not len(trace):
