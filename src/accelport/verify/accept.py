@@ -223,8 +223,13 @@ def _numerics(module: str, function: str) -> Callable[..., Any] | str:
         return f"accelport.verify.{module} has no {function}(); this accelport build does not match the spec"
 
 
-def _from_numerics(section: str, entry: dict[str, Any], call: Callable[[], Any], keys: tuple[str, ...]) -> Check:
-    result = call()
+def _from_numerics(section: str, entry: dict[str, Any], entry_point: tuple[str, str], arguments: tuple[Any, ...],
+                   keys: tuple[str, ...]) -> Check:
+    """Run the numerics library's `module.function(*arguments, **options)` and report `keys` of its result."""
+    compare = _numerics(*entry_point)
+    if isinstance(compare, str):
+        return Check(section, entry["name"], "error", f"{compare}; the {section} check did not run")
+    result = compare(*arguments, **entry.get("options", {}))
     data = result.to_dict()
     status = "pass" if result.passed else "fail"
     figures = {key: data.get(key) for key in ("verdict", *keys)}
@@ -240,25 +245,13 @@ def _short(value: Any, limit: int = 160) -> str:
 
 
 def check_correctness(entry: dict[str, Any]) -> Check:
-    compare_dumps = _numerics("compare", "compare_dumps")
-    if isinstance(compare_dumps, str):
-        return Check("correctness", entry["name"], "error", compare_dumps + "; the correctness check did not run")
-    return _from_numerics(
-        "correctness", entry,
-        lambda: compare_dumps(entry["reference"], entry["test"], **entry.get("options", {})),
-        ("first_divergence",),
-    )
+    arguments = (entry["reference"], entry["test"])
+    return _from_numerics("correctness", entry, ("compare", "compare_dumps"), arguments, ("first_divergence",))
 
 
 def check_precision(entry: dict[str, Any]) -> Check:
-    compare_curves = _numerics("curves", "compare_curves")
-    if isinstance(compare_curves, str):
-        return Check("precision", entry["name"], "error", compare_curves + "; the precision check did not run")
-    return _from_numerics(
-        "precision", entry,
-        lambda: compare_curves(entry["reference"], list(entry["tests"]), **entry.get("options", {})),
-        ("final_gap", "mean_gap"),
-    )
+    arguments = (entry["reference"], list(entry["tests"]))
+    return _from_numerics("precision", entry, ("curves", "compare_curves"), arguments, ("final_gap", "mean_gap"))
 
 
 def check_performance(entry: dict[str, Any]) -> Check:

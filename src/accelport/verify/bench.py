@@ -37,6 +37,7 @@ from typing import Any
 
 from accelport import __version__
 from accelport.errors import UserError
+from accelport.verify.saved import read_saved
 
 log = logging.getLogger(__name__)
 
@@ -346,14 +347,7 @@ class BenchResult:
 
 
 def load_result(path: str | Path) -> BenchResult:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: bench result not found; save one with `accelport bench --save FILE`") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: cannot read bench result ({exc}); pass a JSON file saved by `accelport bench --save`") from None
-    return BenchResult.from_dict(data, str(path))
+    return BenchResult.from_dict(read_saved(path, "bench", RESULT_KIND), str(path))
 
 
 @dataclass(frozen=True)

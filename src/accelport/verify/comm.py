@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport.errors import UserError
+from accelport.verify.saved import read_saved
 
 RESULT_KIND = "accelport.comm"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
@@ -221,16 +222,7 @@ def _aggregate(reports: list[dict[str, Any]], ranks: int) -> list[CommRow]:
 
 
 def load_result(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: comm result not found; save one with `accelport comm --save FILE`") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: cannot read comm result ({exc})") from None
-    if not isinstance(data, dict) or data.get("kind") != RESULT_KIND:
-        raise UserError(f"{path}: not an accelport comm result; pass a file saved by `accelport comm --save`")
-    return data
+    return read_saved(path, "comm", RESULT_KIND)
 
 
 def render_table(result: CommResult) -> str:

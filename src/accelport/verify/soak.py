@@ -38,6 +38,7 @@ from typing import Any
 
 from accelport.errors import UserError
 from accelport.verify import bench
+from accelport.verify.saved import read_saved
 
 RESULT_KIND = "accelport.soak"
 MEMORY_SERIES = ("rss", "heap", "device_allocated", "device_reserved")
@@ -478,15 +479,9 @@ def run_command(
 
 
 def load_result(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: soak result not found; save one with `accelport soak --save FILE`") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: cannot read soak result ({exc}); pass a file saved by `accelport soak --save`") from None
-    if not isinstance(data, dict) or data.get("kind") != RESULT_KIND or data.get("verdict") not in ("pass", "fail"):
-        raise UserError(f"{path}: not an accelport soak result; pass a file saved by `accelport soak --save`")
+    data = read_saved(path, "soak", RESULT_KIND)
+    if data.get("verdict") not in ("pass", "fail"):
+        raise UserError(f"{path}: soak result without a verdict; pass a file saved by `accelport soak --save FILE`")
     return data
 
 
