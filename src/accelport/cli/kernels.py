@@ -109,9 +109,14 @@ def run_bench(args: argparse.Namespace) -> int:
 
     bench.check_device(device)
     results = bench.run(registry.operators(args.ops or None), device, args.dtype, args.cases)
+    targets = bench.check_targets(results) if args.check_targets else []
+    missed = any(t.passed is False for t in targets)
     if args.format == "json":
-        _json({"device": device, "results": [r.to_dict() for r in results]}, args)
-        return 0
+        data: dict[str, Any] = {"device": device, "results": [r.to_dict() for r in results]}
+        if args.check_targets:
+            data["targets"] = [t.to_dict() for t in targets]
+        _json(data, args)
+        return 1 if missed else 0
     rows = [
         (r.op, r.case, r.dtype, r.implementation, f"{r.ms:.4f}", f"{r.achieved:.4g} {r.unit}", _pct(r.fraction),
          f"{r.torch_ms:.4f}", f"{r.torch_achieved:.4g} {r.unit}", _pct(r.torch_fraction), f"{r.speedup:.2f}x")
@@ -119,8 +124,13 @@ def run_bench(args: argparse.Namespace) -> int:
     ]  # fmt: skip
     headers = ["operator", "case", "dtype", "impl", "ms", "achieved", "of peak", "torch ms", "torch", "torch of peak", "vs torch"]
     notes = sorted({r.note for r in results if r.note})
-    emit(text_table(headers, rows) + "".join(f"note: {n}\n" for n in notes), args.output)
-    return 0
+    text = text_table(headers, rows) + "".join(f"note: {n}\n" for n in notes)
+    for t in targets:
+        verdict = "not measurable here" if t.passed is None else ("met" if t.passed else "MISSED")
+        shown = "-" if t.value is None else f"{t.value:.3f}"
+        text += f"target {t.op} {t.measure} >= {t.threshold}: {shown} {verdict}\n"
+    emit(text, args.output)
+    return 1 if missed else 0
 
 
 # --------------------------------------------------------------------------- tune
@@ -228,6 +238,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="TFLOP/s or GB/s, fraction of peak, beside PyTorch's op")
     _common(p)
     p.add_argument("--cases", choices=("small", "device", "bench"), help="which matrix (default: bench; small on CPU)")
+    p.add_argument("--check-targets", action="store_true", help="judge against the GPU targets (exit 1 if one is missed)")
     p.set_defaults(handler=run_bench)
 
     p = sub.add_parser("tune", help="time the generator's candidates; write a tuned table")

@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -86,11 +87,15 @@ class _Spec:
     cases: list[str] = field(default_factory=list)
 
     def key(self) -> str:
-        """What makes two launches one build. Integer divisibility hints are left out: they change
-        vectorisation, not tiles, stages or shared memory, and leaving them out halves the builds."""
-        pointer_hints = {str(k): v for k, v in self.attrs.items() if self.signature[self.kernel.arg_names[k[0]]].startswith("*")}
+        """What makes two launches one build: kernel, types, constants, hints and options.
+
+        Divisibility hints stay in: they decide whether loads are aligned enough to be
+        pipelined through shared memory (a GEMM with K=1000 keeps one buffer where
+        K=4096 keeps one per stage), so they change the very figure this check tests.
+        """
         return json.dumps(
-            [self.kernel.__name__, self.signature, {k: repr(v) for k, v in self.constexprs.items()}, pointer_hints, self.options],
+            [self.kernel.__name__, self.signature, {k: repr(v) for k, v in self.constexprs.items()},
+             {str(k): v for k, v in self.attrs.items()}, self.options],
             sort_keys=True,
         )  # fmt: skip
 
@@ -135,8 +140,11 @@ def spec_of(launch: Any) -> _Spec:
     return _Spec(fn, signature, constexprs, attrs, options)
 
 
-def record_launches(op: Any, target: str, dtype: str) -> list[_Spec]:
-    """Run `op`'s Triton implementation on meta tensors as on `target`; the distinct launches it makes."""
+def record_launches(op: Any, target: str, dtype: str, cases: Sequence[str] | None = None) -> list[_Spec]:
+    """Run `op`'s Triton implementation on meta tensors as on `target`; the distinct launches it makes.
+
+    The cases are the device and benchmark matrices (or those of them named in `cases`).
+    """
     import torch
 
     from accelport.kernels import configs, hardware, tl_compat
@@ -144,6 +152,8 @@ def record_launches(op: Any, target: str, dtype: str) -> list[_Spec]:
     specs: dict[str, _Spec] = {}
     with configs.targeting(hardware.for_target(target)):
         for case in (*op.device_cases, *op.bench_cases):
+            if cases is not None and case.label not in cases:
+                continue
             inputs = op.make_inputs(case, getattr(torch, dtype), "meta", None)
             with tl_compat.recording() as launches:
                 leaves = [
@@ -191,18 +201,21 @@ def compile_spec(spec: _Spec, target: str) -> tuple[int | None, float, str, str]
     return int(kernel.metadata.shared), time.perf_counter() - started, _matrix_instructions(kernel), ""
 
 
-def check_in_process(jobs: Iterable[tuple[str, str, str]]) -> list[CompileResult]:
-    """Compile the launches of (op, target, dtype) jobs here; this process must not be interpreting."""
+Job = tuple[str, str, str, tuple[str, ...] | None]  # operator, target, dtype, case labels (None: all)
+
+
+def check_in_process(jobs: Iterable[Job]) -> list[CompileResult]:
+    """Compile the launches of (op, target, dtype, cases) jobs here; this process must not be interpreting."""
     from accelport.kernels import hardware, registry, tl_compat
 
     if tl_compat.INTERPRETING:
         raise registry.KernelError("the AOT check cannot run in a process that imported triton with TRITON_INTERPRET=1")
     results = []
-    for op_name, target, dtype in jobs:
+    for op_name, target, dtype, cases in jobs:
         op = registry.get(op_name)
         limit = hardware.for_target(target).onchip_bytes_per_block
         try:
-            specs = record_launches(op, target, dtype)
+            specs = record_launches(op, target, dtype, cases)
         except Exception as exc:  # the host code could not plan a launch (no config fits, a shape error)
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             results.append(CompileResult(op.name, "(host code)", target, dtype, "-", (), None, limit, 0.0, "-", f"{type(exc).__name__}: {message}"))
@@ -216,60 +229,82 @@ def check_in_process(jobs: Iterable[tuple[str, str, str]]) -> list[CompileResult
     return results
 
 
-def plan(ops: Sequence[str], targets: Sequence[str], dtypes: Sequence[str] | None) -> list[tuple[str, str, str]]:
+def plan(ops: Sequence[str], targets: Sequence[str], dtypes: Sequence[str] | None, cases: Sequence[str] | None = None) -> list[Job]:
+    """The jobs of an AOT check: every operator x target x dtype (of the operator's dtypes)."""
     from accelport.kernels import registry
 
-    jobs = []
+    jobs: list[Job] = []
     for op in registry.operators(ops):
         for target in targets:
             for dtype in op.dtypes:
                 if dtypes is None or dtype in dtypes:
-                    jobs.append((op.name, target, dtype))
+                    jobs.append((op.name, target, dtype, tuple(cases) if cases else None))
     return jobs
 
 
 class Check:
     """AOT compile jobs running in child processes; `results()` waits for them."""
 
-    def __init__(self, jobs: Sequence[tuple[str, str, str]], workers: int | None = None) -> None:
+    def __init__(self, jobs: Sequence[Job], workers: int | None = None, env: dict[str, str] | None = None) -> None:
         workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, **(env or {})}
+        self._results: list[CompileResult] | None = None
         self._procs = []
         for shard in (jobs[i::workers] for i in range(workers)):
             if not shard:
                 continue
+            # Files, not pipes: a worker that fills a pipe nobody reads yet would stall.
+            stdout, stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed in close())
             proc = subprocess.Popen(
                 [sys.executable, "-m", "accelport.kernels.aot"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, text=True, env=env,
             )  # fmt: skip
             assert proc.stdin is not None
             proc.stdin.write(json.dumps(list(shard)))
             proc.stdin.close()
-            self._procs.append(proc)
+            self._procs.append((proc, stdout, stderr))
+
+    def close(self) -> None:
+        """Stop workers that are still running (results not collected are lost)."""
+        for proc, stdout, stderr in self._procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            stdout.close()
+            stderr.close()
 
     def results(self) -> list[CompileResult]:
+        """Wait for the workers and return every build, sorted; the same list on every call."""
+        if self._results is not None:
+            return self._results
         from accelport.kernels import registry
 
         results: list[CompileResult] = []
-        for proc in self._procs:
-            assert proc.stdout is not None and proc.stderr is not None
-            out, err = proc.stdout.read(), proc.stderr.read()
+        for proc, stdout, stderr in self._procs:
             proc.wait()
+            stdout.seek(0)
+            stderr.seek(0)
+            out, err = stdout.read(), stderr.read()
             if proc.returncode != 0:
                 tail = err.strip().splitlines()[-1] if err.strip() else f"exit code {proc.returncode}"
                 raise registry.KernelError(f"AOT compile worker failed: {tail}")
             results.extend(CompileResult.from_dict(json.loads(line)) for line in out.splitlines() if line.strip())
-        return sorted(results, key=lambda r: (r.op, r.target, r.dtype, r.kernel, r.config))
+        self._results = sorted(results, key=lambda r: (r.op, r.target, r.dtype, r.kernel, r.config))
+        return self._results
 
 
 def run(ops: Sequence[str], targets: Sequence[str] = TARGETS, dtypes: Sequence[str] | None = None, workers: int | None = None) -> list[CompileResult]:
     """Compile every launch of `ops` for `targets` (in child processes) and check it fits on chip."""
-    return Check(plan(ops, targets, dtypes), workers).results()
+    check = Check(plan(ops, targets, dtypes), workers)
+    try:
+        return check.results()
+    finally:
+        check.close()
 
 
 def _worker() -> int:
-    jobs = [tuple(job) for job in json.loads(sys.stdin.read())]
-    for result in check_in_process(jobs):  # type: ignore[arg-type]
+    jobs = [(op, target, dtype, tuple(cases) if cases else None) for op, target, dtype, cases in json.loads(sys.stdin.read())]
+    for result in check_in_process(jobs):
         print(json.dumps(result.to_dict()), flush=True)
     return 0
 

@@ -178,3 +178,46 @@ def check_device(device: Any) -> None:
     module = getattr(torch, device.type, None)
     if module is None or not hasattr(module, "is_available") or not module.is_available():
         raise registry.KernelError(f"device {device} is not available on this machine; run with --device cpu or on a machine that has it")
+
+
+# The GPU acceptance targets of the operator library (issue 8): (operator, what is measured, threshold).
+# "peak" is the fraction of the dtype's peak (compute-bound ops) or of memory bandwidth (memory-bound ops);
+# "torch" is PyTorch's time over ours on the same device and inputs.
+TARGETS: tuple[tuple[str, str, float], ...] = (
+    ("gemm", "peak", 0.70),
+    ("gemm", "torch", 0.90),
+    ("flash_attention", "peak", 0.45),
+    ("softmax", "peak", 0.80),
+    ("rms_norm", "peak", 0.80),
+    ("layer_norm", "peak", 0.80),
+    ("rope", "peak", 0.80),
+    ("swiglu", "peak", 0.80),
+)
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    op: str
+    measure: str
+    threshold: float
+    value: float | None  # the best case of the op; None when nothing could be measured against it
+    passed: bool | None  # None: not measurable here (CPU, unknown peak, op not benchmarked)
+    case: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "measure": self.measure, "threshold": self.threshold, "value": self.value, "passed": self.passed, "case": self.case}
+
+
+def check_targets(results: Sequence[BenchResult]) -> list[TargetCheck]:
+    """Judge benchmark results against TARGETS; an op's best case (largest shapes come last) counts."""
+    checks = []
+    for op, measure, threshold in TARGETS:
+        mine = [r for r in results if r.op == op and r.note != CPU_NOTE]
+        values = [(r.fraction if measure == "peak" else r.speedup, r.case) for r in mine]
+        values = [(v, c) for v, c in values if v is not None]
+        if not values:
+            checks.append(TargetCheck(op, measure, threshold, None, None))
+            continue
+        value, case = max(values)
+        checks.append(TargetCheck(op, measure, threshold, round(value, 4), value >= threshold, case))
+    return checks

@@ -155,7 +155,7 @@ class Operator:
             if forced:
                 raise
             log.warning("%s: Triton implementation unavailable on %s; running the PyTorch reference", self.name, device_type)
-            fn = self.reference
+            name, fn = REFERENCE, self.reference
         if name != REFERENCE:
             check_runnable(self.name, name, device_type)
         return fn(*args, **kwargs)
