@@ -43,14 +43,14 @@ run() {
 
 : > "$OUT/steps.txt"
 # shellcheck disable=SC2086  # OPS is a list of words on purpose
-run 20  doctor "$PYTHON" -m accelport doctor --format json -o "$OUT/doctor.json"
-run 160 test   "$PYTHON" -m accelport kernels test $OPS --device "$DEVICE" --format json -o "$OUT/test.json"
-run 90  bench  "$PYTHON" -m accelport kernels bench $OPS --device "$DEVICE" --dtype "$DTYPE" --check-targets --format json -o "$OUT/bench.json"
-run 120 tune   "$PYTHON" -m accelport kernels tune $OPS --device "$DEVICE" --dtype "$DTYPE" --max-configs "$MAX_CONFIGS" \
+run 15  doctor "$PYTHON" -m accelport doctor --format json -o "$OUT/doctor.json"
+run 200 test   "$PYTHON" -m accelport kernels test $OPS --device "$DEVICE" --format json -o "$OUT/test.json"
+run 80  bench  "$PYTHON" -m accelport kernels bench $OPS --device "$DEVICE" --dtype "$DTYPE" --check-targets --format json -o "$OUT/bench.json"
+run 100 tune   "$PYTHON" -m accelport kernels tune $OPS --device "$DEVICE" --dtype "$DTYPE" --max-configs "$MAX_CONFIGS" \
                --table "$OUT/tuned.json" --format json -o "$OUT/tune.json"
 if [[ -f "$OUT/tuned.json" ]]; then
   ACCELPORT_KERNEL_TUNED="$OUT/tuned.json" \
-    run 60 bench-tuned "$PYTHON" -m accelport kernels bench $OPS --device "$DEVICE" --dtype "$DTYPE" --check-targets \
+    run 55 bench-tuned "$PYTHON" -m accelport kernels bench $OPS --device "$DEVICE" --dtype "$DTYPE" --check-targets \
                --format json -o "$OUT/bench-tuned.json"
 fi
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from accelport.kernels import configs, tl_compat
+from accelport.kernels import _rows, configs, tl_compat
 from accelport.kernels.registry import KernelError
 from accelport.kernels.tl_compat import tl, triton
 
@@ -90,8 +90,6 @@ def qk_scale(dim: int, scale: float | None) -> float:
 
 
 def random_qkv(p: dict, dtype: Any, device: Any, generator: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    from accelport.kernels import _rows
-
     b, h, hkv, d = p["batch"], p["heads"], p.get("kv_heads", p["heads"]), p["head_dim"]
     sq, sk = p["seq_q"], p.get("seq_k", p["seq_q"])
     q = _rows.randn((b, h, sq, d), dtype, device, generator)

@@ -201,6 +201,8 @@ def _reject(c: configs.Config, p: configs.Problem, hw: Any) -> str | None:
         return "output accumulator over 128 fp32 registers per thread"
     if hw.warp_size and c["BLOCK_M"] < 16 * c.num_warps // 4:
         return "fewer than 16 query rows per warp group"
+    if p["dtype"] == "float32" and c["BLOCK_M"] * c["BLOCK_N"] > 64 * 64:
+        return "fp32 runs IEEE FMAs, not the matrix unit: larger tiles spill (and take a minute to compile)"
     return None
 
 

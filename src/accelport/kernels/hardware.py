@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -249,7 +249,7 @@ def detect(device: Any) -> HardwareProfile | None:
     except (AttributeError, RuntimeError):
         pass
     log.info("no hardware profile matches %r; using the generic %s profile", name, vendor)
-    return replace(generic(vendor, name, cores))
+    return generic(vendor, name, cores)
 
 
 def vector_cores(device: Any, hw: HardwareProfile) -> int:
