@@ -33,9 +33,28 @@ def attend(q, k_t, v, valid, m_i, l_i, acc, qk_scale):
 
 
 @triton.jit
-def finish(acc, l_i):
-    """The attention output of a query row: acc / l, and zero for a row that attended to nothing."""
-    return acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+def attend_keys(q, k_base, v_base, keys, rows, d, d_ok, seq_k, sks, svs, m_i, l_i, acc, qk_scale, CAUSAL: tl.constexpr):
+    """Load the K (transposed) and V tiles of `keys`, mask what a query may not see, and attend to them."""
+    key_ok = keys < seq_k
+    k_t = tl.load(k_base + keys[None, :] * sks + d[:, None], mask=key_ok[None, :] & d_ok[:, None], other=0.0)
+    v = tl.load(v_base + keys[:, None] * svs + d[None, :], mask=key_ok[:, None] & d_ok[None, :], other=0.0)
+    valid = key_ok[None, :]
+    if CAUSAL:
+        valid = valid & (rows[:, None] >= keys[None, :])
+    return attend(q, k_t, v, valid, m_i, l_i, acc, qk_scale)
+
+
+@triton.jit
+def load_rows(base, rows, d, d_ok, n_rows, row_stride):
+    """A (rows, head dim) tile of q, zero past the sequence end and the head dimension."""
+    return tl.load(base + rows[:, None] * row_stride + d[None, :], mask=(rows < n_rows)[:, None] & d_ok[None, :], other=0.0)
+
+
+@triton.jit
+def store_rows(base, rows, d, d_ok, n_rows, row_stride, acc, l_i):
+    """Write acc / l per query row, zero for a row that attended to nothing."""
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    tl.store(base + rows[:, None] * row_stride + d[None, :], out.to(base.dtype.element_ty), mask=(rows < n_rows)[:, None] & d_ok[None, :])
 
 
 def check_shapes(op: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int, int, int]:

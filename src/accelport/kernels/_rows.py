@@ -8,6 +8,10 @@ from accelport.kernels.registry import Case, Cost
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
+# Hidden sizes of Llama-class models (4096, 5120, 8192) at training batch sizes, shared by the norms.
+NORM_DEVICE_CASES = (Case("4096x4096", {"rows": 4096, "cols": 4096}), Case("2048x5120", {"rows": 2048, "cols": 5120}))
+NORM_BENCH_CASES = (Case("16384x4096", {"rows": 16384, "cols": 4096}), Case("8192x8192", {"rows": 8192, "cols": 8192}))
+
 
 def as_rows(x: Any) -> Any:
     """View `x` as (rows, last dim) with a contiguous last dimension (copying only if it is strided)."""

@@ -164,7 +164,7 @@ def _block_sparse_attention_fwd(
     cols = tl.arange(0, BLOCK_N)
     d = tl.arange(0, BLOCK_D)
     d_ok = d < HEAD_DIM
-    q = tl.load(q_ptr + b * sqb + h * sqh + rows[:, None] * sqs + d[None, :], mask=(rows < seq_q)[:, None] & d_ok[None, :], other=0.0)
+    q = _attention.load_rows(q_ptr + b * sqb + h * sqh, rows, d, d_ok, seq_q, sqs)
     k_base = k_ptr + b * skb + kv * skh
     v_base = v_ptr + b * svb + kv * svh
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
@@ -175,16 +175,10 @@ def _block_sparse_attention_fwd(
     for i in range(first, last):
         block_start = tl.load(col_idx_ptr + lh * ci_stride + i) * BLOCK
         for sub in range(0, BLOCK, BLOCK_N):
-            keys = block_start + sub + cols
-            key_ok = keys < seq_k
-            k_t = tl.load(k_base + keys[None, :] * sks + d[:, None], mask=key_ok[None, :] & d_ok[:, None], other=0.0)
-            v = tl.load(v_base + keys[:, None] * svs + d[None, :], mask=key_ok[:, None] & d_ok[None, :], other=0.0)
-            valid = key_ok[None, :]
-            if CAUSAL:
-                valid = valid & (rows[:, None] >= keys[None, :])
-            m_i, l_i, acc = _attention.attend(q, k_t, v, valid, m_i, l_i, acc, qk_scale)
-    out = _attention.finish(acc, l_i)
-    tl.store(o_ptr + b * sob + h * soh + rows[:, None] * sos + d[None, :], out.to(o_ptr.dtype.element_ty), mask=(rows < seq_q)[:, None] & d_ok[None, :])
+            m_i, l_i, acc = _attention.attend_keys(
+                q, k_base, v_base, block_start + sub + cols, rows, d, d_ok, seq_k, sks, svs, m_i, l_i, acc, qk_scale, CAUSAL
+            )
+    _attention.store_rows(o_ptr + b * sob + h * soh, rows, d, d_ok, seq_q, sos, acc, l_i)
 
 
 def _tile_axis(p: configs.Problem, hw: Any) -> tuple[int, ...]:

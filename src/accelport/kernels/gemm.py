@@ -208,5 +208,4 @@ OPERATOR = Operator(
     config_space=SPACE,
     problem=_problem,
     backward=True,
-    tolerances={"float32": (1e-5, 1e-5), "float16": (1e-3, 2e-3), "bfloat16": (8e-3, 1.6e-2)},
 )

@@ -8,8 +8,6 @@ backward is the generic kernel launched with no more programs than vector cores.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from accelport.kernels import _rows, configs, hardware
@@ -64,21 +62,7 @@ def forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Te
     return y.view(x.shape), rstd
 
 
-class _RMSNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        y, rstd = forward(x, weight, eps)
-        ctx.save_for_backward(x, weight, rstd)
-        return y
-
-    @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
-        x, weight, rstd = ctx.saved_tensors
-        cores = hardware.vector_cores(x.device, configs.profile_for(x.device, STAND_IN))
-        dx, dw = generic.backward(x, weight, rstd, dy, max_programs=cores)
-        return dx, dw, None
-
-
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """The Ascend implementation: core-bound forward; generic backward with a core-bound grid."""
-    return _RMSNorm.apply(x, weight, eps)
+    cores = hardware.vector_cores(x.device, configs.profile_for(x.device, STAND_IN))
+    return generic.RMSNorm.apply(x, weight, eps, forward, cores)

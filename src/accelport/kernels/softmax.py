@@ -6,6 +6,7 @@ an online pass (running max and rescaled sum) and a second pass that writes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -106,22 +107,24 @@ def backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     return dx.view(y.shape)
 
 
-class _Softmax(torch.autograd.Function):
+class Softmax(torch.autograd.Function):
+    """Autograd around a softmax forward launcher (this module's, or a vendor override's) and the backward kernel."""
+
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        y = forward(x)
+    def forward(ctx: Any, x: torch.Tensor, launcher: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        y = launcher(x)
         ctx.save_for_backward(y)
         return y
 
     @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor) -> torch.Tensor:
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None]:
         (y,) = ctx.saved_tensors
-        return backward(y, dy)
+        return backward(y, dy), None
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """The Triton implementation, differentiable."""
-    return _Softmax.apply(x)
+    return Softmax.apply(x, forward)
 
 
 def make_inputs(case: Case, dtype: torch.dtype, device: Any, generator: torch.Generator) -> Inputs:

@@ -9,12 +9,10 @@ the running max and rescaled sum, then a pass that writes.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from accelport.kernels import _rows, configs, hardware
-from accelport.kernels.softmax import backward as _generic_backward
+from accelport.kernels.softmax import Softmax
 from accelport.kernels.tl_compat import launch, tl, triton
 
 NAME = "softmax_npu"
@@ -94,19 +92,6 @@ def forward(x: torch.Tensor) -> torch.Tensor:
     return y.view(x.shape)
 
 
-class _Softmax(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        y = forward(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor) -> torch.Tensor:
-        (y,) = ctx.saved_tensors
-        return _generic_backward(y, dy)
-
-
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """The Ascend implementation: core-bound forward; the backward is the generic kernel's."""
-    return _Softmax.apply(x)
+    return Softmax.apply(x, forward)

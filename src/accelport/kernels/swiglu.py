@@ -109,5 +109,4 @@ OPERATOR = Operator(
     config_space=SPACE,
     problem=lambda case, dtype: {"n": case.params["rows"] * case.params["cols"], "dtype": dtype},
     backward=True,
-    tolerances={"float32": (1e-5, 1e-5), "float16": (1e-3, 2e-3), "bfloat16": (8e-3, 1.6e-2)},
 )
