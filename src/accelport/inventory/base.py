@@ -1,0 +1,156 @@
+"""What every inventory scanner shares: the source file, the scanner interface, finding construction.
+
+A scanner claims files by suffix or name, declares a cheap byte pre-filter (a file
+with no CUDA token is counted as scanned and never parsed), and turns one file
+into findings. It raises `ScanSkipped` when it cannot read the file, so the file
+is reported as skipped with the reason instead of silently dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+
+from accelport import knowledge
+from accelport.findings import BackendStatus, Finding, Location
+
+SNIPPET_LIMIT = 200
+
+
+class ScanSkipped(Exception):
+    """The file could not be scanned; the message is the reason shown to the user."""
+
+
+@dataclass
+class SourceFile:
+    """One file to scan: its bytes, the path shown in reports, and lazily decoded text."""
+
+    display: str
+    data: bytes
+    _text: str | None = field(default=None, repr=False)
+    _lines: list[str] | None = field(default=None, repr=False)
+
+    @property
+    def text(self) -> str:
+        """The file as UTF-8 text (BOM stripped); raises ScanSkipped when it is not UTF-8."""
+        if self._text is None:
+            try:
+                text = self.data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ScanSkipped(f"not UTF-8 text (invalid byte at offset {exc.start})") from None
+            self._text = text[1:] if text.startswith("\ufeff") else text
+        return self._text
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = self.text.splitlines()
+        return self._lines
+
+    def snippet(self, line: int) -> str:
+        """The stripped source line (1-based), cut to a readable length."""
+        lines = self.lines
+        if not 1 <= line <= len(lines):
+            return ""
+        text = lines[line - 1].strip()
+        return text if len(text) <= SNIPPET_LIMIT else text[: SNIPPET_LIMIT - 1] + "…"
+
+
+class FileScanner(ABC):
+    """Turns one kind of file into findings. Subclasses set the class attributes."""
+
+    name: str = ""
+    suffixes: tuple[str, ...] = ()  # lower-case, with the dot: (".py",)
+    filenames: tuple[str, ...] = ()  # exact names: ("CMakeLists.txt",)
+    filename_patterns: tuple[str, ...] = ()  # regexes on the file name: (r"requirements.*\.txt",)
+    prefilter: re.Pattern[bytes] | None = None  # no match: scanned, nothing to report
+    binary: bool = False  # reads bytes; skips the text and NUL checks
+
+    @property
+    def _name_res(self) -> list[re.Pattern[str]]:
+        return _compiled(self.filename_patterns)
+
+    def claims(self, filename: str) -> bool:
+        lower = filename.lower()
+        if filename in self.filenames or lower.endswith(self.suffixes):
+            return True
+        return any(p.fullmatch(filename) for p in self._name_res)
+
+    def wants(self, data: bytes) -> bool:
+        """Cheap check on raw bytes: does this file contain anything worth parsing?"""
+        return self.prefilter is None or self.prefilter.search(data) is not None
+
+    @abstractmethod
+    def scan(self, source: SourceFile) -> list[Finding]:
+        """Findings for one file; raise ScanSkipped(reason) when the file cannot be understood."""
+
+
+@cache
+def _compiled(patterns: tuple[str, ...]) -> list[re.Pattern[str]]:
+    return [re.compile(p) for p in patterns]
+
+
+# --------------------------------------------------------------------------- findings
+
+
+def backend_statuses(
+    *,
+    cuda_like: BackendStatus = BackendStatus.OK,
+    others: BackendStatus = BackendStatus.PORTABLE,
+    overrides: Mapping[str, str | BackendStatus] | None = None,
+) -> dict[str, BackendStatus]:
+    """Status per vendor: vendors whose torch reuses torch.cuda get `cuda_like`, the rest `others`.
+
+    `overrides` (vendor key -> status) come from the knowledge catalogue entry.
+    """
+    statuses = {}
+    for key, profile in knowledge.vendors().items():
+        if key == "cuda":
+            statuses[key] = BackendStatus.OK
+        elif profile.reuses_torch_cuda:
+            statuses[key] = cuda_like
+        else:
+            statuses[key] = others
+    for key, value in (overrides or {}).items():
+        if key in statuses:
+            statuses[key] = BackendStatus(value)
+    return statuses
+
+
+def make_finding(
+    rule_id: str,
+    *,
+    symbol: str,
+    location: Location,
+    snippet: str = "",
+    message: str | None = None,
+    replacement: str | None = None,
+    backends: Mapping[str, BackendStatus] | None = None,
+    autofix: bool | None = None,
+    effort: str | None = None,
+) -> Finding:
+    """A finding whose category, family, effort, route and autofix come from its rule.
+
+    `effort` and `autofix` may be narrowed per finding (a CUDA-only package with a
+    known drop-in is cheaper than one without).
+    """
+    rule = knowledge.rules()[rule_id]
+    from accelport.findings import Effort
+
+    return Finding(
+        rule_id=rule_id,
+        category=rule.category,
+        family=rule.family,
+        symbol=symbol,
+        message=message or rule.summary,
+        effort=Effort(effort) if effort else rule.effort,
+        route=rule.route,
+        location=location,
+        backends=dict(backends) if backends is not None else backend_statuses(),
+        replacement=replacement,
+        snippet=snippet,
+        autofix=rule.autofix if autofix is None else autofix,
+    )

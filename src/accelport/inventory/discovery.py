@@ -1,0 +1,229 @@
+"""Find the files to scan: honour .gitignore and excludes, skip VCS and virtualenv folders, survive symlink loops."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pathspec
+
+from accelport.errors import UserError
+from accelport.findings import SkippedFile
+from accelport.inventory.scanners import all_scanners, scanner_for
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_FILE_SIZE = 8 * 1024 * 1024
+
+# Folders that never hold the user's own source.
+SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".bzr",
+        "__pycache__",
+        "node_modules",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".ipynb_checkpoints",
+        "site-packages",
+        "dist-packages",
+        ".eggs",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A file some scanner claims: where it is on disk, how reports name it, and its size."""
+
+    path: str
+    display: str
+    scanner: int  # index into all_scanners()
+    size: int
+
+
+@dataclass
+class Discovery:
+    files: list[Candidate]
+    skipped: list[SkippedFile]
+    excluded: int = 0  # files left out by .gitignore / excludes (not an error)
+
+
+def _is_virtualenv(path: str) -> bool:
+    return os.path.exists(os.path.join(path, "pyvenv.cfg")) or os.path.exists(os.path.join(path, "conda-meta"))
+
+
+def _pyproject_excludes(root: Path) -> list[str]:
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file():
+        return []
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        log.warning("%s: ignoring [tool.accelport]: %s", pyproject, exc)
+        return []
+    excludes = data.get("tool", {}).get("accelport", {}).get("exclude", [])
+    if isinstance(excludes, str):
+        excludes = [excludes]
+    if not isinstance(excludes, list) or not all(isinstance(e, str) for e in excludes):
+        raise UserError(f"{pyproject}: [tool.accelport] exclude must be a list of glob strings")
+    return excludes
+
+
+def _read_gitignore(directory: str) -> pathspec.PathSpec | None:
+    path = os.path.join(directory, ".gitignore")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    return spec if spec.patterns else None
+
+
+def _display(root_arg: str, rel: str) -> str:
+    if root_arg in (".", "./"):
+        return rel
+    return os.path.join(root_arg, rel) if rel else root_arg
+
+
+def discover(
+    roots: Sequence[str],
+    *,
+    excludes: Iterable[str] = (),
+    respect_gitignore: bool = True,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+) -> Discovery:
+    """Every file under `roots` that a scanner claims, minus ignored ones; unreadable folders are skipped."""
+    result = Discovery(files=[], skipped=[])
+    scanners = all_scanners()
+    index = {id(s): i for i, s in enumerate(scanners)}
+    seen_files: set[tuple[int, int]] = set()
+    for root_arg in roots:
+        root = Path(root_arg)
+        if not root.exists():
+            if root.is_symlink():
+                raise UserError(f"{root_arg}: is a broken symbolic link; point it at a file or folder")
+            raise UserError(f"{root_arg}: no such file or directory; check the path")
+        if root.is_file():
+            scanner = scanner_for(root.name)
+            if scanner is None:
+                raise UserError(
+                    f"{root_arg}: not a kind of file accelport scans; pass a folder or a source file "
+                    f"({', '.join(sorted({s for sc in scanners for s in sc.suffixes}))})"
+                )
+            result.files.append(Candidate(str(root), root_arg, index[id(scanner)], root.stat().st_size))
+            continue
+        if not os.access(root, os.R_OK | os.X_OK):
+            raise UserError(f"{root_arg}: folder cannot be read (permission denied)")
+        patterns = list(excludes) + _pyproject_excludes(root)
+        exclude_spec = pathspec.GitIgnoreSpec.from_lines(patterns) if patterns else None
+        _walk(root_arg, str(root), result, exclude_spec, respect_gitignore, max_file_size, index, seen_files)
+    return result
+
+
+def _walk(
+    root_arg: str,
+    root: str,
+    result: Discovery,
+    exclude_spec: pathspec.PathSpec | None,
+    respect_gitignore: bool,
+    max_file_size: int,
+    index: dict[int, int],
+    seen_files: set[tuple[int, int]],
+) -> None:
+    visited_dirs: set[tuple[int, int]] = set()
+    # Each stack entry: (absolute dir, path relative to root, gitignore specs that apply: (base rel, spec))
+    stack: list[tuple[str, str, tuple[tuple[str, pathspec.PathSpec], ...]]] = [(root, "", ())]
+    while stack:
+        directory, rel_dir, ignores = stack.pop()
+        try:
+            st = os.stat(directory)
+        except OSError as exc:
+            result.skipped.append(SkippedFile(_display(root_arg, rel_dir), f"folder cannot be read ({exc.strerror})"))
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in visited_dirs:
+            continue  # a symlink loop, or the same folder reached twice
+        visited_dirs.add(key)
+        if respect_gitignore:
+            spec = _read_gitignore(directory)
+            if spec is not None:
+                ignores = (*ignores, (rel_dir, spec))
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            result.skipped.append(SkippedFile(_display(root_arg, rel_dir) or root_arg, f"folder cannot be read ({exc.strerror})"))
+            continue
+        subdirs = []
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                is_dir = entry.is_dir()  # follows symlinks
+            except OSError:
+                is_dir = False
+            if is_dir:
+                if entry.name in SKIP_DIRS or _is_virtualenv(entry.path):
+                    continue
+                if _ignored(rel + "/", ignores, exclude_spec):
+                    continue
+                subdirs.append((entry.path, rel, ignores))
+                continue
+            scanner = scanner_for(entry.name)
+            if scanner is None:
+                continue
+            if _ignored(rel, ignores, exclude_spec):
+                result.excluded += 1
+                continue
+            display = _display(root_arg, rel)
+            try:
+                fst = entry.stat()
+            except OSError as exc:
+                if entry.is_symlink():
+                    result.skipped.append(SkippedFile(display, "broken symbolic link"))
+                else:
+                    result.skipped.append(SkippedFile(display, f"cannot be read ({exc.strerror})"))
+                continue
+            if (fst.st_dev, fst.st_ino) in seen_files:
+                continue  # the same file reached through a symlink
+            seen_files.add((fst.st_dev, fst.st_ino))
+            if fst.st_size > max_file_size:
+                result.skipped.append(
+                    SkippedFile(
+                        display,
+                        f"larger than the {max_file_size // (1024 * 1024)} MiB limit ({fst.st_size} bytes); "
+                        "raise it with --max-file-size",
+                    )
+                )
+                continue
+            result.files.append(Candidate(entry.path, display, index[id(scanner)], fst.st_size))
+        # Reverse so the stack pops folders in name order.
+        stack.extend(reversed(subdirs))
+
+
+def _ignored(
+    rel: str,
+    ignores: tuple[tuple[str, pathspec.PathSpec], ...],
+    exclude_spec: pathspec.PathSpec | None,
+) -> bool:
+    if exclude_spec is not None and exclude_spec.match_file(rel):
+        return True
+    for base, spec in ignores:
+        sub = rel[len(base) + 1 :] if base else rel
+        if spec.match_file(sub):
+            return True
+    return False

@@ -1,0 +1,188 @@
+"""Run the scanners over discovered files, in parallel processes, and assemble the Report."""
+
+from __future__ import annotations
+
+import codecs
+import gc
+import logging
+import multiprocessing
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from accelport import __version__, knowledge
+from accelport.findings import BackendStatus, Effort, Finding, Report, SkippedFile, sorted_findings
+from accelport.inventory.base import ScanSkipped, SourceFile
+from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
+from accelport.inventory.route import summarise
+from accelport.inventory.scanners import all_scanners
+
+log = logging.getLogger(__name__)
+
+# Files smaller than this in total are scanned in-process: starting workers costs more.
+PARALLEL_MIN_BYTES = 2 * 1024 * 1024
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class FileResult:
+    display: str
+    lines: int
+    findings: tuple[Finding, ...] = ()
+    skipped: str | None = None
+
+
+def _declared_encoding(data: bytes) -> str | None:
+    """A PEP 263 coding cookie in the first two lines, if any."""
+    for line in data.split(b"\n", 2)[:2]:
+        match = _CODING.match(line)
+        if match:
+            try:
+                return codecs.lookup(match.group(1).decode("ascii")).name
+            except (LookupError, UnicodeDecodeError):
+                return None
+    return None
+
+
+def scan_file(candidate: Candidate) -> FileResult:
+    """Scan one file; every failure becomes a skip reason, never an exception."""
+    scanner = all_scanners()[candidate.scanner]
+    try:
+        with open(candidate.path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        return FileResult(candidate.display, 0, skipped=f"cannot be read ({exc.strerror})")
+    lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    source = SourceFile(candidate.display, data)
+    if not scanner.binary:
+        if b"\x00" in data[:8192]:
+            return FileResult(candidate.display, lines, skipped="binary content (NUL bytes) in a source file")
+        try:
+            source.text  # noqa: B018 - decode once to validate UTF-8
+        except ScanSkipped as exc:
+            encoding = _declared_encoding(data)
+            if encoding is None:
+                return FileResult(candidate.display, lines, skipped=str(exc))
+            try:
+                source._text = data.decode(encoding)
+            except UnicodeDecodeError:
+                return FileResult(candidate.display, lines, skipped=f"{exc} and does not match its declared {encoding}")
+    if not scanner.wants(data):
+        return FileResult(candidate.display, lines)
+    try:
+        findings = scanner.scan(source)
+    except ScanSkipped as exc:
+        return FileResult(candidate.display, lines, skipped=str(exc))
+    except RecursionError:
+        return FileResult(candidate.display, lines, skipped="nested too deeply to parse")
+    except Exception as exc:  # a scanner bug must not lose the rest of the scan
+        log.exception("%s scanner failed on %s", scanner.name, candidate.display)
+        return FileResult(candidate.display, lines, skipped=f"internal error in the {scanner.name} scanner: {type(exc).__name__}: {exc}")
+    return FileResult(candidate.display, lines, tuple(findings))
+
+
+def _scan_chunk(chunk: Sequence[Candidate]) -> list[FileResult]:
+    # Parsing allocates millions of short-lived nodes; with the scanners' trees
+    # free of reference cycles, the cyclic collector only costs time here.
+    gc.disable()
+    try:
+        return [scan_file(c) for c in chunk]
+    finally:
+        gc.enable()
+
+
+def _chunks(files: Sequence[Candidate], jobs: int) -> list[list[Candidate]]:
+    """Chunks of about equal bytes, several per worker so a slow chunk does not stall the end."""
+    target = max(sum(f.size for f in files) // (jobs * 8), 1)
+    chunks: list[list[Candidate]] = [[]]
+    size = 0
+    for candidate in files:
+        chunks[-1].append(candidate)
+        size += candidate.size
+        if size >= target:
+            chunks.append([])
+            size = 0
+    return [c for c in chunks if c]
+
+
+def run_scanners(
+    files: Sequence[Candidate],
+    jobs: int,
+    on_progress: Callable[[int], None] | None = None,
+) -> Iterable[FileResult]:
+    total_bytes = sum(f.size for f in files)
+    if jobs <= 1 or len(files) < 2 or total_bytes < PARALLEL_MIN_BYTES:
+        for chunk in _chunks(files, 1):
+            yield from _scan_chunk(chunk)
+            if on_progress:
+                on_progress(len(chunk))
+        return
+    # fork: workers inherit the loaded knowledge and scanners instead of re-importing them.
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method)) as pool:
+        for results in pool.map(_scan_chunk, _chunks(files, jobs)):
+            yield from results
+            if on_progress:
+                on_progress(len(results))
+
+
+def retarget(findings: list[Finding], target: str) -> list[Finding]:
+    """With --target, a finding that works unchanged on that vendor needs no effort there."""
+    from dataclasses import replace
+
+    out = []
+    for finding in findings:
+        if finding.backends.get(target) is BackendStatus.OK and finding.effort is not Effort.NONE:
+            finding = replace(finding, effort=Effort.NONE, message=f"{finding.message} (works unchanged on {target})")
+        out.append(finding)
+    return out
+
+
+def scan(
+    paths: Sequence[str],
+    *,
+    target: str | None = None,
+    excludes: Iterable[str] = (),
+    jobs: int | None = None,
+    respect_gitignore: bool = True,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    on_discovered: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> Report:
+    """Inventory the CUDA dependencies under `paths` (files or folders)."""
+    if target is not None:
+        knowledge.vendor(target)  # unknown vendor -> UserError now, not after the scan
+    knowledge.rules()  # load before forking so every worker shares it
+    found = discover(paths, excludes=excludes, respect_gitignore=respect_gitignore, max_file_size=max_file_size)
+    if on_discovered:
+        on_discovered(len(found.files))
+    jobs = jobs or os.cpu_count() or 1
+    findings: list[Finding] = []
+    skipped = list(found.skipped)
+    scanned = 0
+    lines = 0
+    for result in run_scanners(found.files, jobs, on_progress):
+        lines += result.lines
+        if result.skipped is not None:
+            skipped.append(SkippedFile(result.display, result.skipped))
+            continue
+        scanned += 1
+        findings.extend(result.findings)
+    findings = sorted_findings(findings)
+    if target is not None:
+        findings = retarget(findings, target)
+    route, effort, files = summarise(findings)
+    return Report(
+        tool_version=__version__,
+        roots=list(paths),
+        findings=findings,
+        files_scanned=scanned,
+        lines_scanned=lines,
+        skipped=sorted(skipped, key=lambda s: s.path),
+        route=route,
+        effort=effort,
+        files=files,
+        target=target,
+    )

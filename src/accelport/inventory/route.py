@@ -1,0 +1,92 @@
+"""Route and effort roll-up, per file and per project (SYCLomatic's analysis mode is the precedent)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+
+from accelport import knowledge
+from accelport.findings import (
+    Category,
+    Effort,
+    EffortEstimate,
+    FileSummary,
+    Finding,
+    Route,
+    RouteDecision,
+)
+
+
+@knowledge.derived_cache
+def _settings() -> dict:
+    data = knowledge.read_toml("effort.toml")
+    for _path, user in knowledge._user_data():
+        for section in ("effort", "route"):
+            if section in user:
+                data[section] = {**data.get(section, {}), **user[section]}
+                if section == "effort" and "hours" in user["effort"]:
+                    data["effort"]["hours"] = {**knowledge.read_toml("effort.toml")["effort"]["hours"], **user["effort"]["hours"]}
+    return data
+
+
+def estimate(findings: Iterable[Finding]) -> EffortEstimate:
+    hours = _settings()["effort"]["hours"]
+    by_level = {e.value: 0 for e in Effort}
+    low = high = 0.0
+    for finding in findings:
+        by_level[finding.effort.value] += 1
+        if finding.effort is Effort.NONE:
+            continue
+        lo, hi = hours["autofix_review"] if finding.autofix else hours[finding.effort.value]
+        low += lo
+        high += hi
+    return EffortEstimate(by_level, low, high)
+
+
+def decide(findings: Sequence[Finding], effort: EffortEstimate) -> RouteDecision:
+    """Route A unless operators must be rewritten (B); C when that route-B work is large."""
+    if not findings:
+        return RouteDecision(Route.A, ("no CUDA dependency found: nothing to port",))
+    by_route = Counter(f.route for f in findings)
+    by_category = Counter(f.category for f in findings)
+    autofix = sum(1 for f in findings if f.autofix)
+    reasons = []
+    framework = by_category[Category.FRAMEWORK_API]
+    if framework:
+        reasons.append(f"{framework} framework-API finding(s); {autofix} of all findings are fixed by `accelport migrate`")
+    b_findings = [f for f in findings if f.route is not Route.A]
+    if not b_findings:
+        reasons.append("no kernels, CUDA libraries, extensions or CUDA-only packages: a framework-level port is enough")
+        return RouteDecision(Route.A, tuple(reasons))
+    b_categories = Counter(f.category for f in b_findings)
+    described = ", ".join(f"{n} {c.title}" for c, n in sorted(b_categories.items(), key=lambda kv: kv[0].digit))
+    reasons.append(f"operator-level work: {described}")
+    settings = _settings()["route"]
+    b_effort = estimate(b_findings)
+    high = b_effort.by_level.get("high", 0)
+    route_c = by_route[Route.C]
+    if route_c or high >= settings["c_min_high_findings"] or b_effort.hours_high >= settings["c_min_hours"]:
+        if route_c:
+            reasons.append(f"{route_c} finding(s) need the CUDA stack itself (prebuilt binaries without source)")
+        if high >= settings["c_min_high_findings"]:
+            reasons.append(f"{high} high-effort findings")
+        if b_effort.hours_high >= settings["c_min_hours"]:
+            reasons.append(
+                f"route-B work estimated at {b_effort.hours_low:.0f}-{b_effort.hours_high:.0f} h: "
+                "keep a CUDA pool running while it proceeds"
+            )
+        return RouteDecision(Route.C, tuple(reasons))
+    return RouteDecision(Route.B, tuple(reasons))
+
+
+def summarise(findings: Sequence[Finding]) -> tuple[RouteDecision, EffortEstimate, list[FileSummary]]:
+    """Project route and effort, plus one summary per file with findings."""
+    per_file: dict[str, list[Finding]] = defaultdict(list)
+    for finding in findings:
+        per_file[finding.location.path].append(finding)
+    files = []
+    for path, items in per_file.items():
+        effort = estimate(items)
+        files.append(FileSummary(path, len(items), decide(items, effort), effort))
+    effort = estimate(findings)
+    return decide(findings, effort), effort, files
