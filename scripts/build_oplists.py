@@ -33,6 +33,7 @@ GENERATOR = "scripts/build_oplists.py"
 # Versions of the vendor inputs, as recorded in shared/data/README.md beside the files.
 MUSA_COMMIT = "8b583b3f2fd0d9d3d9e74b9ec588a25d8bed1a30"
 MLU_COMMIT = "d578002c0863bfa1ad30fae6b99e4fb3a79dff48"
+VENDOR_REPOS = {"musa": "MooreThreads/torch_musa", "mlu": "Cambricon/torch_mlu"}
 
 # In-tree backends whose kernels native_functions.yaml lists under their dispatch key.
 TORCH_BACKENDS = {
@@ -49,7 +50,7 @@ TORCH_BACKENDS = {
     "xpu": (
         "XPU",
         False,
-        "unknown: most XPU kernels come from intel/torch-xpu-ops, which this list does not cover; "
+        "most XPU kernels come from intel/torch-xpu-ops, which this list does not cover; "
         "check on the machine with --on-device, or add that project's list with --oplist",
     ),
 }
@@ -234,41 +235,28 @@ def build(data_dir: Path) -> dict[str, str]:
         npu_ops(codegen.load(), hand.load()),
     )
 
-    musa = Source(data_dir / "torch_musa" / "musa_functions.yaml")
-    files[f"musa-torch_musa-{MUSA_COMMIT[:7]}.json"] = document(
-        {
-            **common,
-            "vendor": "musa",
-            "backend": "torch_musa",
-            "version": MUSA_COMMIT[:7],
-            "torch_version": "",
-            "dispatch_key": "PrivateUse1",
-            "complete": True,
-            "unlisted": "raises NotImplementedError, or runs torch_musa's CPU fallback where it registers one",
-            "source": f"MooreThreads/torch_musa@{MUSA_COMMIT}: torch_musa/csrc/aten/ops/musa_functions.yaml (dense PrivateUse1 entries)",
-            "licence": f"BSD-3-Clause, torch_musa LICENSE: {licence_line(musa.path.parent / 'LICENSE')}",
-            "input_sha256": {musa.path.name: musa.sha256},
-        },
-        musa_ops(musa.load()),
-    )
-
-    mlu = Source(data_dir / "torch_mlu" / "mlu_functions.yaml")
-    files[f"mlu-torch_mlu-{MLU_COMMIT[:7]}.json"] = document(
-        {
-            **common,
-            "vendor": "mlu",
-            "backend": "torch_mlu",
-            "version": MLU_COMMIT[:7],
-            "torch_version": "",
-            "dispatch_key": "PrivateUse1",
-            "complete": True,
-            "unlisted": "raises NotImplementedError, or runs torch_mlu's CPU fallback where it registers one",
-            "source": f"Cambricon/torch_mlu@{MLU_COMMIT}: codegen/mlu_functions.yaml (aten, vision, audio)",
-            "licence": f"BSD-style, torch_mlu LICENSE: {licence_line(mlu.path.parent / 'LICENSE')}",
-            "input_sha256": {mlu.path.name: mlu.sha256},
-        },
-        mlu_ops(mlu.load()),
-    )
+    # torch_musa and torch_mlu: codegen YAML from GitHub at a recorded commit; both are PrivateUse1 backends.
+    for vendor, backend, commit, relative, what, licence, parse in (
+        ("musa", "torch_musa", MUSA_COMMIT, "torch_musa/csrc/aten/ops/musa_functions.yaml", "dense PrivateUse1 entries", "BSD-3-Clause", musa_ops),
+        ("mlu", "torch_mlu", MLU_COMMIT, "codegen/mlu_functions.yaml", "aten, vision, audio", "BSD-style", mlu_ops),
+    ):
+        source = Source(data_dir / backend / Path(relative).name)
+        files[f"{vendor}-{backend}-{commit[:7]}.json"] = document(
+            {
+                **common,
+                "vendor": vendor,
+                "backend": backend,
+                "version": commit[:7],
+                "torch_version": "",
+                "dispatch_key": "PrivateUse1",
+                "complete": True,
+                "unlisted": f"raises NotImplementedError, or runs {backend}'s CPU fallback where it registers one",
+                "source": f"{VENDOR_REPOS[vendor]}@{commit}: {relative} ({what})",
+                "licence": f"{licence}, {backend} LICENSE: {licence_line(source.path.parent / 'LICENSE')}",
+                "input_sha256": {source.path.name: source.sha256},
+            },
+            parse(source.load()),
+        )
     return files
 
 

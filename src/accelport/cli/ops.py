@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from accelport.cli._output import emit
+from accelport.cli._output import Style, emit, use_color
 
 ORDER = 40
 FORMATS = ("table", "json", "md", "html")
@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
         report = coverage.check_on_device(trace, list(args.target or [None]), run_smoke=args.smoke)
     else:
         report = coverage.check(trace, targets)
-    emit(render.render(report, args.format), args.output)
+    style = Style(use_color() and not args.output)
+    emit(render.render(report, args.format, style), args.output)
     return 1 if report.failed else 0
 
 

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from accelport.coverage.check import CoverageReport, OpVerdict, Status, TargetResult, check
 from accelport.coverage.ondevice import check_on_device
-from accelport.coverage.oplists import OpList, aten_facts, default_targets, known_oplists, oplist_for
+from accelport.coverage.oplists import (
+    OpList,
+    aten_facts,
+    default_targets,
+    known_oplists,
+    oplist_for,
+)
 from accelport.coverage.records import OpRecord, Site, Trace
 from accelport.coverage.tracer import trace
 from accelport.coverage.workload import Workload
@@ -31,7 +37,7 @@ __all__ = [
     "check",
     "check_on_device",
     "default_targets",
-    "oplist_for",
     "known_oplists",
+    "oplist_for",
     "trace",
 ]

@@ -272,7 +272,7 @@ def check(trace: Trace, targets: Iterable[str]) -> CoverageReport:
     for target in targets:
         oplist = oplist_for(target)
         verdicts = judge(trace, ListSource(oplist, facts), facts)
-        notes = [] if oplist.complete else [f"partial list: {oplist.unlisted}"]
+        notes = [] if oplist.complete else [f"partial list, an operator it does not name may still have a kernel: {oplist.unlisted}"]
         if oplist.torch_version and facts.torch_version and oplist.torch_version != facts.torch_version:
             notes.append(f"list made for torch {oplist.torch_version}; operator facts from torch {facts.torch_version}")
         results.append(

@@ -14,7 +14,13 @@ import logging
 from typing import Any
 
 from accelport import knowledge
-from accelport.coverage.check import CoverageReport, DispatcherSource, OpVerdict, TargetResult, judge
+from accelport.coverage.check import (
+    CoverageReport,
+    DispatcherSource,
+    OpVerdict,
+    TargetResult,
+    judge,
+)
 from accelport.coverage.oplists import aten_facts
 from accelport.coverage.records import Trace, normalise
 from accelport.errors import UserError

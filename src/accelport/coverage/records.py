@@ -12,6 +12,7 @@ from accelport import knowledge
 # Operators that only say how the trace itself ran (FakeTensor device queries, profiler ranges).
 NOISE_NAMESPACES = frozenset({"prim", "profiler"})
 SDPA = "scaled_dot_product_attention"
+HOST = "host"  # region of calls whose tensors all live on the CPU while the model is elsewhere
 MAX_SITES = 8
 MAX_DTYPES = 8
 
@@ -33,7 +34,7 @@ class OpRecord:
     """One operator as the trace saw it."""
 
     op: str  # canonical name: "add.Tensor", "mm", "torchvision::nms"
-    region: str = ""  # set for calls made inside a device-dependent call (SDPA): how this device ran it
+    region: str = ""  # SDPA: made inside the call, how this device ran it; host: CPU-only work (step counters)
     calls: int = 0
     phases: Counter = field(default_factory=Counter)
     dtypes: list[str] = field(default_factory=list)
@@ -123,11 +124,16 @@ class Trace:
         return sorted(merged.values(), key=lambda r: r.op)
 
     def normalised_ops(self) -> set[str]:
-        return {r.op for r in self.judged()}
+        """Every operator the step ran, device-dependent implementations folded, host work included."""
+        return {r.op for r in self.judged()} | {normalise(r.op) for r in self.host()}
 
     def folded(self) -> list[OpRecord]:
         """Calls made inside device-dependent regions (how this trace device ran SDPA, say)."""
-        return sorted((r for r in self.records.values() if r.region), key=lambda r: (r.region, r.op))
+        return sorted((r for r in self.records.values() if r.region and r.region != HOST), key=lambda r: (r.region, r.op))
+
+    def host(self) -> list[OpRecord]:
+        """Calls on CPU tensors only, seen while the model was on meta: the CPU runs them on any machine."""
+        return sorted((r for r in self.records.values() if r.region == HOST), key=lambda r: r.op)
 
     def delegates(self, op: str) -> list[str] | None:
         return self.probe.delegates(op) if self.probe is not None else None
@@ -157,6 +163,7 @@ class Trace:
             "notes": list(self.notes),
             "ops": [r.to_dict() for r in judged],
             "folded": [r.to_dict() for r in self.folded()],
+            "host": [r.to_dict() for r in self.host()],
         }
 
 

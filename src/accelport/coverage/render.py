@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from accelport.coverage.check import CoverageReport, OpVerdict, Status, TargetResult
 from accelport.coverage.oplists import OpList
@@ -117,6 +118,12 @@ def _notes(report: CoverageReport) -> list[str]:
             f"scaled_dot_product_attention is judged as the call itself: on {report.trace.device} it ran "
             f"{', '.join(names)}; an accelerator runs its own fused kernel or the math path"
         )
+    host = report.trace.host()
+    if host:
+        notes.append(
+            "ran on the CPU (tensors on the host, as an optimizer's step counters are on any machine), not judged: "
+            + ", ".join(f"{r.op} ({r.calls})" for r in host)
+        )
     for target in report.targets:
         notes.extend(f"{target.vendor}: {note}" for note in target.notes)
         if target.count(Status.MISSING) and target.unlisted:
@@ -124,9 +131,14 @@ def _notes(report: CoverageReport) -> list[str]:
     return notes
 
 
-def render_table(report: CoverageReport) -> str:
+def summary_table(report: CoverageReport) -> str:
+    """One row per target: how many operators are native, via .out, composite, unknown, fallback, missing."""
+    return text_table(SUMMARY_HEADERS, _summary_rows(report))
+
+
+def render_table(report: CoverageReport, style: Any = None) -> str:
     out = [headline(report.trace), ""]
-    out.append(text_table(SUMMARY_HEADERS, _summary_rows(report)))
+    out.append(summary_table(report))
     found = problems(report)
     if found:
         out.append("\nMissing or falling back (a backend without a kernel errors out or copies to the CPU):")
@@ -144,7 +156,12 @@ def render_table(report: CoverageReport) -> str:
     if notes:
         out.append("\nNotes:")
         out.extend(f"  - {note}" for note in notes)
-    verdict = "FAIL: operators missing or falling back" if report.failed else "ok: every operator has a kernel, a delegate or a composite"
+    if report.failed:
+        verdict = "FAIL: operators missing or falling back"
+        verdict = style.red(verdict) if style else verdict
+    else:
+        verdict = "ok: every operator has a kernel, a delegate or a composite"
+        verdict = style.green(verdict) if style else verdict
     out.append(f"\n{verdict}")
     return "\n".join(out) + "\n"
 
@@ -236,8 +253,10 @@ def _list_row(target: TargetResult) -> list[object]:
     return [target.vendor, f"{oplist.label} ({oplist.origin})", "yes" if oplist.complete else "partial", oplist.source, oplist.licence]
 
 
-def render(report: CoverageReport, fmt: str) -> str:
-    return {"table": render_table, "json": render_json, "md": render_markdown, "html": render_html}[fmt](report)
+def render(report: CoverageReport, fmt: str, style: Any = None) -> str:
+    if fmt == "table":
+        return render_table(report, style)
+    return {"json": render_json, "md": render_markdown, "html": render_html}[fmt](report)
 
 
 def render_lists(lists: Sequence[OpList], fmt: str) -> str:

@@ -22,7 +22,16 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from accelport.coverage.probe import Probe
-from accelport.coverage.records import NOISE_NAMESPACES, SDPA, Attempt, OpRecord, Site, Trace, canonical
+from accelport.coverage.records import (
+    HOST,
+    NOISE_NAMESPACES,
+    SDPA,
+    Attempt,
+    OpRecord,
+    Site,
+    Trace,
+    canonical,
+)
 from accelport.coverage.workload import Workload, as_workload, load_factory
 from accelport.errors import UserError
 
@@ -122,15 +131,22 @@ class _Attribution:
         return site, ""
 
 
-def _dtype_signature(torch: Any, args: tuple, kwargs: dict) -> str:
+def _signature(torch: Any, args: tuple, kwargs: dict) -> tuple[str, bool]:
+    """The dtypes of the tensor arguments ("float32,[float32]") and whether every one of them is on the CPU."""
     parts = []
+    on_cpu = True
+    seen = False
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
             parts.append(str(value.dtype).removeprefix("torch."))
+            seen = True
+            on_cpu = on_cpu and value.device.type == "cpu"
         elif isinstance(value, list | tuple) and value and isinstance(value[0], torch.Tensor):
-            kinds = sorted({str(t.dtype).removeprefix("torch.") for t in value if isinstance(t, torch.Tensor)})
-            parts.append("[" + "|".join(kinds) + "]")
-    return ",".join(parts) or "-"
+            tensors = [t for t in value if isinstance(t, torch.Tensor)]
+            parts.append("[" + "|".join(sorted({str(t.dtype).removeprefix("torch.") for t in tensors})) + "]")
+            seen = True
+            on_cpu = on_cpu and all(t.device.type == "cpu" for t in tensors)
+    return ",".join(parts) or "-", seen and on_cpu
 
 
 def _recorder_class():
@@ -139,11 +155,14 @@ def _recorder_class():
     class Recorder(TorchDispatchMode):
         """Counts every operator call with its site; keeps one meta sample of the arguments per op and dtypes."""
 
-        def __init__(self, attribution: _Attribution, probe: Probe) -> None:
+        def __init__(self, attribution: _Attribution, probe: Probe, device: str) -> None:
             super().__init__()
             import torch
 
             self.torch = torch
+            # On meta, a call whose tensors are all on the CPU is host work (an optimizer's step
+            # counters, say): it runs on the CPU on an accelerator too and is not judged.
+            self.spot_host = device != "cpu"
             self.attribution = attribution
             self.probe = probe
             self.records: dict[tuple[str, str], OpRecord] = {}
@@ -160,11 +179,11 @@ def _recorder_class():
             op = name or canonical(func)
             self.last = op
             site, region = self.attribution.site()
-            region = region or self.region
+            dtypes, on_cpu = _signature(self.torch, args, kwargs)
+            region = region or self.region or (HOST if self.spot_host and on_cpu else "")
             record = self.records.get((op, region))
             if record is None:
                 record = self.records[(op, region)] = OpRecord(op=op, region=region)
-            dtypes = _dtype_signature(self.torch, args, kwargs)
             if dtypes not in record.dtypes and not region:
                 self.probe.keep(op, func, args, kwargs, dtypes)
             record.add(site, dtypes)
@@ -372,8 +391,14 @@ def _build(factory: Callable[[], Any], strategy: str, spec: str, fake_mode: Any 
         workload = as_workload(factory(), spec)
     if workload.model is not None and any(p.device.type != "meta" for p in workload.model.parameters()):
         workload.model = workload.model.to("meta")
+    # Same sizes and strides as the real inputs (a sliced batch stays non-contiguous): layout decides
+    # whether a later reshape copies. Values do not matter on meta or under fake tensors.
+    def same_layout(device: str) -> Callable[[Any], Any]:
+        return lambda t: torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
+
     for name in ("inputs", "targets"):
-        setattr(workload, name, _to_device(torch, getattr(workload, name), lambda t: t if t.device.type == "meta" else t.to("meta")))
+        value = getattr(workload, name)
+        setattr(workload, name, _to_device(torch, value, lambda t: t if t.device.type == "meta" else same_layout("meta")(t)))
     if strategy == "meta":
         return workload, "meta"
     if workload.model is None:
@@ -383,7 +408,7 @@ def _build(factory: Callable[[], Any], strategy: str, spec: str, fake_mode: Any 
     with fake_mode:
         workload.model = workload.model.to_empty(device="cpu")
         for name in ("inputs", "targets"):
-            setattr(workload, name, _to_device(torch, getattr(workload, name), lambda t: torch.empty_like(t, device="cpu")))
+            setattr(workload, name, _to_device(torch, getattr(workload, name), same_layout("cpu")))
     return workload, "cpu"
 
 
@@ -420,7 +445,7 @@ def _attempt(
             if model is not None:
                 attribution.name_modules(model)
             probe = Probe()
-            recorder = _recorder_class()(attribution, probe)
+            recorder = _recorder_class()(attribution, probe, device)
             stack.enter_context(_global_hooks(attribution, notes))
             stack.enter_context(_sdpa_region(recorder, attribution))
             if fake_mode is not None:
@@ -433,6 +458,10 @@ def _attempt(
             log.debug("%s trace failed", strategy, exc_info=True)
             return None, mode or "", Attempt(strategy, False, time.perf_counter() - started, _reason(exc, last))
     seconds = time.perf_counter() - started
+    if mode == "infer" and strategy == "meta":
+        notes.append("inference traced on meta: fused fast paths (_transformer_encoder_layer_fwd, ...) check the device type and are skipped there")
+    if mode == "train" and strategy != "meta":
+        notes.append(f"traced on {device}: host-side work (an optimizer's step counters) cannot be told from device work, so it is judged too")
     parameters = sum(p.numel() for p in model.parameters()) if model is not None else 0
     trace = Trace(
         spec=spec,
@@ -471,11 +500,11 @@ def trace(
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     import torch  # noqa: F401  (imported here so `accelport --help` stays fast)
 
+    started = time.perf_counter()
     if mode is None and strategy is None:
         mode = _mode_of(build, spec)
     ladder = (strategy,) if strategy else LADDERS[mode or "train"]
     attempts: list[Attempt] = []
-    started = time.perf_counter()
     for step in ladder:
         result, mode, attempt = _attempt(build, step, mode, spec)
         attempts.append(attempt)
