@@ -56,9 +56,9 @@ class _Attribution:
         self.region_nodes: dict[int, str] = {}
         self.phase = "forward"
         self._code_kind: dict[Any, str] = {}
-        self._skip_codes: set[Any] = set()
-        self._torch_dir = os.path.dirname(torch.__file__) + os.sep
-        self._accelport_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+        self.skip_codes: set[Any] = set()  # wrappers of ours that sit between user code and torch
+        self._torch_dir = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
+        self._accelport_dir = os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep
         stdlib = sysconfig.get_paths().get("stdlib") or ""
         self._stdlib_dir = os.path.realpath(stdlib) + os.sep if stdlib else None
         self._cwd = os.getcwd()
@@ -94,7 +94,7 @@ class _Attribution:
         frame = sys._getframe(depth)
         while frame is not None:
             code = frame.f_code
-            kind = "skip" if code in self._skip_codes else self._code_kind.get(code)
+            kind = "skip" if code in self.skip_codes else self._code_kind.get(code)
             if kind is None:
                 kind = self._code_kind[code] = self._classify(code.co_filename)
             if kind == "user":
@@ -252,7 +252,7 @@ def _sdpa_region(recorder: Any, attribution: _Attribution) -> Iterator[None]:
             for node in range(first, sequence()):
                 attribution.region_nodes[node] = SDPA
 
-    attribution._skip_codes.add(scaled_dot_product_attention.__code__)
+    attribution.skip_codes.add(scaled_dot_product_attention.__code__)
     F.scaled_dot_product_attention = scaled_dot_product_attention
     try:
         yield
