@@ -125,3 +125,19 @@ def plain_adam():
 
 def not_a_workload():
     return 42
+
+
+def amp_step():
+    """A step function: bfloat16 autocast on the CPU, backward, SGD with momentum."""
+    model = nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(2, 4)
+
+    def step() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return step

@@ -133,3 +133,14 @@ def test_dotted_module_spec(monkeypatch, models_file):
 def test_bad_factories_are_user_errors(factory, message, models_file):
     with pytest.raises(UserError, match=message):
         trace(factory.format(models=models_file))
+
+
+def test_a_step_function_under_autocast_is_traced_and_the_gap_said(model_spec):
+    traced = trace(model_spec("amp_step"))
+    assert traced.mode == "train" and traced.strategy == "meta" and traced.model == ""
+    phases = {phase for r in traced.judged() for phase in r.phases}
+    assert phases == {"forward", "backward", "optimizer"}
+    assert any(op.startswith("_foreach_") for op in traced.normalised_ops())  # SGD switched to foreach
+    assert any("autocast does not act on meta tensors" in note for note in traced.notes)
+    real = trace(model_spec("amp_step"), strategy="cpu")
+    assert "_to_copy" in real.normalised_ops() - traced.normalised_ops()  # what the note warns about

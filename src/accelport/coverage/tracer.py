@@ -55,6 +55,7 @@ class _Attribution:
         self.forward_sites: dict[int, Site] = {}
         self.region_nodes: dict[int, str] = {}
         self.phase = "forward"
+        self.autocast = False  # a module ran under autocast (which casts nothing on meta)
         self._code_kind: dict[Any, str] = {}
         self.skip_codes: set[Any] = set()  # wrappers of ours that sit between user code and torch
         self._torch_dir = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
@@ -268,6 +269,8 @@ def _global_hooks(attribution: _Attribution, notes: list[str]) -> Iterator[None]
 
     def pre_forward(module: Any, args: Any) -> None:
         attribution.stack.append(module)
+        if not attribution.autocast:
+            attribution.autocast = attribution.torch._C._is_any_autocast_enabled()
 
     def post_forward(module: Any, args: Any, output: Any) -> None:
         while attribution.stack:
@@ -460,6 +463,11 @@ def _attempt(
     seconds = time.perf_counter() - started
     if mode == "infer" and strategy == "meta":
         notes.append("inference traced on meta: fused fast paths (_transformer_encoder_layer_fwd, ...) check the device type and are skipped there")
+    if attribution.autocast and device == "meta":
+        notes.append(
+            "autocast was on, but autocast does not act on meta tensors: the dtypes shown are those without it "
+            "and its casts (_to_copy) are not listed; trace with --tracer fake under autocast('cpu') to see them"
+        )
     if mode == "train" and strategy != "meta":
         notes.append(f"traced on {device}: host-side work (an optimizer's step counters) cannot be told from device work, so it is judged too")
     parameters = sum(p.numel() for p in model.parameters()) if model is not None else 0
