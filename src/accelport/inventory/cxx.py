@@ -217,7 +217,7 @@ class _FileScan:
         self._warp_size_constants(captures)
         self._registrations(captures.get("call", []))
         self._finish_type_counts()
-        return self.findings
+        return sorted(self.findings, key=Finding.sort_key)
 
     def _check_errors(self, root, errors) -> None:
         if not errors or not self.data:
@@ -369,7 +369,10 @@ class _FileScan:
         if key in self.reported_spans:
             return
         parent = outer.parent
-        is_call = parent is not None and parent.type == "call_expression" and parent.child_by_field_name("function") == outer
+        callee = outer
+        if parent is not None and parent.type == "template_function":  # f<T>(...)
+            callee, parent = parent, parent.parent
+        is_call = parent is not None and parent.type == "call_expression" and parent.child_by_field_name("function") == callee
         if outer is not node:
             qualified = _qualified_name(outer)
             entry = self.cat.lookup(qualified)
