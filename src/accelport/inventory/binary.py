@@ -146,13 +146,13 @@ class BinaryScanner(FileScanner):
         if data.startswith(ZIP_MAGIC) and name.endswith(".whl"):
             return list(self._wheel(source.display, data))
         if name.endswith(".fatbin") and data[:4] == struct.pack("<I", FATBIN_MAGIC):
-            return _fatbin_findings(source.display, "", parse_fatbin(data), (".fatbin file",))
+            return list(_fatbin_findings(source.display, "", parse_fatbin(data), (".fatbin file",)))
         if not data.startswith(ELF_MAGIC):
             if name.endswith(".whl"):
                 raise ScanSkipped("not a wheel (no zip header)")
             what = "a linker script or text file" if data[:64].isascii() and data.strip() else "not an ELF file"
             raise ScanSkipped(f"{what}, not an ELF binary; nothing to inspect")
-        return _elf_findings(source.display, "", read_elf(data))
+        return list(_elf_findings(source.display, "", read_elf(data)))
 
     def _wheel(self, display: str, data: bytes) -> Iterator[Finding]:
         try:

@@ -212,6 +212,8 @@ class ManifestScanner(FileScanner):
         for number, column, content in _logical_requirement_lines(source.text):
             if content.startswith(("-r", "-c", "--requirement", "--constraint", "-e ", "--editable")):
                 continue
+            if not content.startswith("-"):
+                content = re.split(r"\s+--?[a-z]", content, maxsplit=1)[0]  # per-requirement options (--hash=...)
             span = Span(number, column, column + len(content))
             yield from requirement_findings(content, source.display, span, source.snippet(number))
 
