@@ -17,7 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from accelport.findings import BackendStatus, Finding, Location
-from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile, backend_statuses, make_finding
+from accelport.inventory.base import (
+    FileScanner,
+    ScanSkipped,
+    SourceFile,
+    backend_statuses,
+    make_finding,
+)
 from accelport.inventory.cuda_api import catalogue
 
 ELF_MAGIC = b"\x7fELF"

@@ -14,7 +14,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from accelport.findings import BackendStatus, Finding, Location
-from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile, backend_statuses, make_finding
+from accelport.inventory.base import (
+    FileScanner,
+    ScanSkipped,
+    SourceFile,
+    backend_statuses,
+    make_finding,
+)
 from accelport.inventory.manifests import Span, requirement_findings
 
 _ARCH_FLAG = re.compile(
@@ -264,7 +270,7 @@ def _shell_findings(words: list[str], display: str, line: int, text: str, snippe
             if _APT_CUDA.fullmatch(word.split("=")[0]) and word not in ("install",):
                 yield build("AP6107", word, f"system package {word} installs CUDA")
     for index, word in enumerate(words):
-        if word == "install" and index > 0 and words[index - 1] in ("pip", "pip3", "-m pip") or (word == "install" and index > 1 and words[index - 2:index] == ["-m", "pip"]):
+        if (word == "install" and index > 0 and words[index - 1] in ("pip", "pip3", "-m pip")) or (word == "install" and index > 1 and words[index - 2:index] == ["-m", "pip"]):
             yield from _pip_install_findings(words[index + 1 :], display, line, text, snippet)
             break
 
@@ -281,9 +287,7 @@ def _pip_install_findings(args: list[str], display: str, line: int, text: str, s
             yield from requirement_findings(f"{arg} {args[index + 1]}", display, span, snippet)
             index += 2
             continue
-        if arg.startswith("--") and "=" in arg:
-            yield from requirement_findings(arg, display, span, snippet)
-        elif not arg.startswith("-"):
+        if (arg.startswith("--") and "=" in arg) or not arg.startswith("-"):
             yield from requirement_findings(arg, display, span, snippet)
         index += 1
 

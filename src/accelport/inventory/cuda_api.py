@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
 
 from accelport import knowledge
 from accelport.errors import UserError
@@ -161,6 +160,8 @@ class Catalogue:
         self._prefix_re = re.compile("(?:" + "|".join(prefix_alternatives) + ")") if prefix_alternatives else None
         self.namespace_heads = frozenset(ns.split("::")[0] for ns, _ in self._namespaces)
         self._cache: dict[str, ApiEntry | None] = {}
+        self._header_cache: dict[str, Family | None] = {}
+        self.memo: dict[str, bool] = {}  # scanners' per-word verdicts, valid as long as this catalogue
 
     def __len__(self) -> int:
         return len(self._rows) + len(self._explicit) + len(self._user)
@@ -170,7 +171,8 @@ class Catalogue:
         if symbol in self._cache:
             return self._cache[symbol]
         entry = self._lookup(symbol)
-        self._cache[symbol] = entry
+        if len(self._cache) < 500_000:  # identifiers of a huge tree must not grow memory without bound
+            self._cache[symbol] = entry
         return entry
 
     def _lookup(self, symbol: str) -> ApiEntry | None:
@@ -223,6 +225,14 @@ class Catalogue:
 
     def header_family(self, include: str) -> Family | None:
         """The family an #include path belongs to ("cublas_v2.h", "thrust/sort.h", "ATen/cuda/CUDAContext.h")."""
+        if include in self._header_cache:
+            return self._header_cache[include]
+        family = self._header_family(include)
+        if len(self._header_cache) < 100_000:
+            self._header_cache[include] = family
+        return family
+
+    def _header_family(self, include: str) -> Family | None:
         best: tuple[int, Family] | None = None
         for family in self.families.values():
             for header in family.headers:
@@ -240,7 +250,7 @@ class Catalogue:
         return None
 
 
-@cache
+@knowledge.derived_cache
 def catalogue() -> Catalogue:
     """The catalogue, with site `[[cuda_api]]` entries applied."""
     hipify = knowledge.read_json("cuda_api/hipify_catalogue.json")

@@ -16,9 +16,18 @@ from functools import cache
 
 from accelport import knowledge
 from accelport.findings import BackendStatus, Category, Finding, Location
-from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile, backend_statuses, make_finding
+from accelport.inventory.base import (
+    FileScanner,
+    ScanSkipped,
+    SourceFile,
+    backend_statuses,
+    make_finding,
+)
 from accelport.inventory.cuda_api import ApiEntry, Catalogue, catalogue
-from accelport.inventory.kernel_equivalents import equivalent_for_kernel, equivalent_for_library_call
+from accelport.inventory.kernel_equivalents import (
+    equivalent_for_kernel,
+    equivalent_for_library_call,
+)
 
 # A file this broken is not C/C++/CUDA (or not parseable without its macros).
 MAX_ERROR_SHARE = 0.5
@@ -102,6 +111,7 @@ _QUERY_SOURCE = """
 (primitive_type) @primitive
 (preproc_def name: (identifier) @define_name value: (preproc_arg) @define_value)
 (init_declarator declarator: (identifier) @const_name value: (number_literal) @const_value)
+(preproc_arg) @macro_body
 (ERROR) @error
 """
 
@@ -209,7 +219,7 @@ class _FileScan:
         self.device_functions = self._device_functions(captures.get("function", []))
         launches = self._launches(captures.get("launch", []))
         self._kernels(launches)
-        self._identifiers(root)
+        self._identifiers(root, captures.get("macro_body", []))
         self._includes(captures.get("include", []))
         self._asm(captures.get("asm", []))
         self._lane_arithmetic(captures.get("binary", []))
@@ -308,9 +318,9 @@ class _FileScan:
 
     # ------------------------------------------------------------------ identifiers
 
-    def _identifiers(self, root) -> None:
+    def _identifiers(self, root, macro_bodies) -> None:
         words = {w.decode("ascii") for w in set(_WORD.findall(self.data))}
-        wanted = {w for w in words if self._interesting(w)}
+        wanted = {w for w in words if _interesting(self.cat, w)}
         if not wanted:
             return
         pattern = re.compile(rb"\b(?:" + b"|".join(re.escape(w.encode()) for w in sorted(wanted, key=len, reverse=True)) + rb")\b")
@@ -324,32 +334,10 @@ class _FileScan:
             elif kind == "preproc_arg":
                 pass  # a whole macro body; words inside are not tokens of their own
         # Macro bodies are not parsed by tree-sitter: look at their words separately.
-        self._macro_bodies(root, wanted)
+        self._macro_bodies(macro_bodies, wanted)
 
-    def _interesting(self, word: str) -> bool:
-        return (
-            word in self.cat.namespace_heads
-            or word in _ARCH_GUARDS
-            or word in _REGISTRATIONS
-            or word in _CUDA_DEVICE_CHECKS
-            or word in _MANAGED
-            or _WARP.fullmatch(word) is not None
-            or _ATOMIC.fullmatch(word) is not None
-            or _TEXTURE.fullmatch(word) is not None
-            or self.cat.lookup(word) is not None
-        )
-
-    def _macro_bodies(self, root, wanted: set[str]) -> None:
+    def _macro_bodies(self, bodies, wanted: set[str]) -> None:
         # preproc_arg nodes hold #define bodies verbatim (comments already split off).
-        stack = [root]
-        bodies = []
-        while stack:
-            node = stack.pop()
-            if node.type == "preproc_arg":
-                bodies.append(node)
-                continue
-            if node.type in ("preproc_def", "preproc_function_def") or node.child_count:
-                stack.extend(node.children)
         for body in bodies:
             text = body.text
             for match in _WORD.finditer(text):
@@ -473,7 +461,7 @@ class _FileScan:
             effort = "medium"  # no HIP twin: not a rename even on ROCm
         if entry.cuda_removed:
             effort = "medium"
-        self.add(rule, node, symbol, message=message, replacement=replacement, backends=entry.backends(), family=family, effort=effort)
+        self.add(rule, node, symbol, message=message, replacement=replacement, backends=_entry_backends(entry), family=family, effort=effort)
 
     def _finish_type_counts(self) -> None:
         for symbol, index in self.first_type_finding.items():
@@ -574,6 +562,26 @@ class _FileScan:
 
 # --------------------------------------------------------------------------- helpers
 
+def _interesting(cat: Catalogue, word: str) -> bool:
+    """Could this word be a CUDA token? Cached on the catalogue across files: names repeat."""
+    known = cat.memo.get(word)
+    if known is None:
+        known = (
+            word in cat.namespace_heads
+            or word in _ARCH_GUARDS
+            or word in _REGISTRATIONS
+            or word in _CUDA_DEVICE_CHECKS
+            or word in _MANAGED
+            or _WARP.fullmatch(word) is not None
+            or _ATOMIC.fullmatch(word) is not None
+            or _TEXTURE.fullmatch(word) is not None
+            or cat.lookup(word) is not None
+        )
+        if len(cat.memo) < 500_000:
+            cat.memo[word] = known
+    return known
+
+
 
 def _squash(text: bytes) -> str:
     return " ".join(text.decode("utf-8", errors="replace").split())
@@ -609,6 +617,15 @@ def _callee_name(function) -> str:
     return _squash(function.text)
 
 
+def _entry_backends(entry: ApiEntry) -> dict[str, BackendStatus]:
+    return _symbol_backends(entry.symbol) if entry.in_table else entry.backends()
+
+
+@knowledge.derived_cache
+def _symbol_backends(symbol: str) -> dict[str, BackendStatus]:
+    return catalogue().lookup(symbol).backends()
+
+
 def _rocm_name(entry: ApiEntry | None) -> str | None:
     return f"{entry.rocm} (ROCm)" if entry is not None and entry.rocm else None
 
@@ -621,6 +638,7 @@ def _by_profile(rule) -> dict[str, BackendStatus]:
     return statuses
 
 
+@knowledge.derived_cache
 def _warp_backends() -> dict[str, BackendStatus]:
     def status(profile):
         if profile.warp_size == 32:
@@ -632,20 +650,24 @@ def _warp_backends() -> dict[str, BackendStatus]:
     return _by_profile(status)
 
 
+@knowledge.derived_cache
 def _fp64_backends() -> dict[str, BackendStatus]:
     table = {"fast": BackendStatus.OK, "none": BackendStatus.UNSUPPORTED, "slow": BackendStatus.PORTABLE, "emulated": BackendStatus.PORTABLE}
     return _by_profile(lambda p: table.get(p.fp64, BackendStatus.UNKNOWN))
 
 
+@knowledge.derived_cache
 def _kernel_backends() -> dict[str, BackendStatus]:
     # hipcc compiles CUDA kernels after hipify; other stacks need a rewrite.
     return backend_statuses(cuda_like=BackendStatus.PORTABLE, others=BackendStatus.ALTERNATIVE)
 
 
+@knowledge.derived_cache
 def _managed_backends() -> dict[str, BackendStatus]:
     return backend_statuses(cuda_like=BackendStatus.PORTABLE, others=BackendStatus.UNKNOWN)
 
 
+@knowledge.derived_cache
 def _unsupported_off_cuda(rocm: BackendStatus = BackendStatus.UNSUPPORTED) -> dict[str, BackendStatus]:
     statuses = backend_statuses(cuda_like=rocm, others=BackendStatus.UNSUPPORTED)
     statuses["cuda"] = BackendStatus.OK

@@ -13,13 +13,18 @@ import configparser
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
 
 from packaging.requirements import InvalidRequirement, Requirement
 
 from accelport import knowledge
 from accelport.findings import BackendStatus, Finding, Location
-from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile, backend_statuses, make_finding
+from accelport.inventory.base import (
+    FileScanner,
+    ScanSkipped,
+    SourceFile,
+    backend_statuses,
+    make_finding,
+)
 
 try:
     import tomllib
@@ -42,7 +47,7 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-@cache
+@knowledge.derived_cache
 def _package_index() -> dict[str, dict]:
     """CUDA-only packages from knowledge/packages.toml, keyed by canonical distribution name."""
     index = {}
