@@ -177,9 +177,13 @@ def test_warp_hazard_status_follows_vendor_warp_size():
 
 
 def test_fixed_32_thread_blocks_and_warp_size_constant():
-    code = "#define WARP_SIZE 32\nconstexpr int kWarpSize = 32;\nconstexpr int kBlock = 32;\nvoid f() { k<<<n, 32>>>(x); k<<<n, 64>>>(x); }"
+    code = (
+        "#define WARP_SIZE 32\nconstexpr int kWarpSize = 32;\nconstexpr int kBlock = 32;\n"
+        "__global__ void __launch_bounds__(32) one_warp(float* x) {}\n__global__ void __launch_bounds__(256) wide(float* x) {}\n"
+        "void f() { k<<<n, 32>>>(x); k<<<n, 64>>>(x); }"
+    )
     found = rules(code)
-    assert ("AP9103", "k") in found and sum(r == "AP9103" for r, _ in found) == 1
+    assert sorted(s for r, s in found if r == "AP9103") == ["k", "one_warp"]
     assert sorted(s for r, s in found if r == "AP9108") == ["WARP_SIZE", "kWarpSize"]
 
 
@@ -296,3 +300,17 @@ def test_headers_by_family():
 def test_unparseable_file_is_skipped_with_a_reason():
     with pytest.raises(ScanSkipped, match="syntax errors cover"):
         scan(")))) ]]] <<<>>> }}}}}} cudaMalloc {{{ ((( \x01 " * 20)
+
+
+def test_kernel_launches_are_counted_across_files(tmp_path):
+    from accelport.inventory import scan as inventory
+
+    (tmp_path / "softmax.cuh").write_text("template <int B> __global__ void softmax_kernel(float* x) { x[0] = 0; }\n")
+    (tmp_path / "ops.cu").write_text('#include "softmax.cuh"\nvoid run(float* x) {\n  softmax_kernel<128><<<1, 128>>>(x);\n}\n')
+    (tmp_path / "more.cu").write_text('#include "softmax.cuh"\nvoid again(float* x) { ns::softmax_kernel<64><<<2, 64>>>(x); }\n')
+    report = inventory([str(tmp_path)], jobs=1)
+    [kernel] = [f for f in report.findings if f.rule_id == "AP5001"]
+    assert kernel.location.path.endswith("softmax.cuh")
+    assert "launched 2× by name (0 in this file, 2 elsewhere:" in kernel.message
+    assert "more.cu:2" in kernel.message and "ops.cu:3" in kernel.message
+    assert kernel.replacement == "accelport.kernels softmax"

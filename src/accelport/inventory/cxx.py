@@ -112,6 +112,7 @@ _QUERY_SOURCE = """
 (preproc_def name: (identifier) @define_name value: (preproc_arg) @define_value)
 (init_declarator declarator: (identifier) @const_name value: (number_literal) @const_value)
 (preproc_arg) @macro_body
+(launch_bounds) @launch_bounds
 (ERROR) @error
 """
 
@@ -225,6 +226,7 @@ class _FileScan:
         self._lane_arithmetic(captures.get("binary", []))
         self._fp64(captures.get("primitive", []))
         self._warp_size_constants(captures)
+        self._launch_bounds(captures.get("launch_bounds", []))
         self._registrations(captures.get("call", []))
         self._finish_type_counts()
         return sorted(self.findings, key=Finding.sort_key)
@@ -527,6 +529,14 @@ class _FileScan:
             if _WARP_SIZE_NAME.fullmatch(name.text.decode("ascii", errors="replace")) and _squash(value.text).rstrip("uU") == "32":
                 self.add("AP9108", name, name.text.decode("ascii"), backends=_warp_backends())
 
+    def _launch_bounds(self, bounds) -> None:
+        for node in bounds:
+            numbers = [c for c in node.named_children if c.type == "number_literal"]
+            if numbers and _squash(numbers[0].text).rstrip("uU") == "32":
+                function = self.device_function_at(node.start_byte)
+                name = function.name if function else "__launch_bounds__"
+                self.add("AP9103", node, name, message=f"__launch_bounds__(32) on {name}: one 32-lane warp per block", backends=_warp_backends())
+
     def _registration(self, node, word: str) -> None:
         # TORCH_LIBRARY_IMPL(ns, CUDA, m) parses as a function declarator with "parameters".
         declarator = node.parent
@@ -558,6 +568,42 @@ class _FileScan:
             if equivalent is not None:
                 message += f"; portable equivalent: {equivalent.replacement}"
             self.add("AP5020", first, op, message=message, replacement=equivalent.replacement if equivalent else None)
+
+
+# --------------------------------------------------------------------------- across files
+
+KERNEL_RULE = "AP5001"
+LAUNCH_RULE = "AP5003"
+_LAUNCH_TEXT = re.compile(r"launched \d+× in this file|no launch in this file")
+MAX_LISTED_SITES = 3
+
+
+def link_kernel_launches(findings: list[Finding]) -> list[Finding]:
+    """Count each kernel's launches over the whole tree (by name), not only in its own file.
+
+    Kernels defined in a header and launched from several .cu files are the
+    common case this covers; two static kernels of the same name in different
+    files share their counts (the message says "by name").
+    """
+    sites: dict[str, list[Location]] = {}
+    for finding in findings:
+        if finding.rule_id == LAUNCH_RULE:
+            sites.setdefault(finding.symbol.rsplit("::", 1)[-1], []).append(finding.location)
+    if not sites:
+        return findings
+    linked = []
+    for finding in findings:
+        if finding.rule_id == KERNEL_RULE:
+            launches = sites.get(finding.symbol.rsplit("::", 1)[-1], [])
+            elsewhere = [loc for loc in launches if loc.path != finding.location.path]
+            if elsewhere:
+                here = len(launches) - len(elsewhere)
+                listed = ", ".join(f"{loc.path}:{loc.line}" for loc in elsewhere[:MAX_LISTED_SITES])
+                more = f" and {len(elsewhere) - MAX_LISTED_SITES} more" if len(elsewhere) > MAX_LISTED_SITES else ""
+                text = f"launched {len(launches)}× by name ({here} in this file, {len(elsewhere)} elsewhere: {listed}{more})"
+                finding = replace(finding, message=_LAUNCH_TEXT.sub(text, finding.message, count=1))
+        linked.append(finding)
+    return linked
 
 
 # --------------------------------------------------------------------------- helpers
