@@ -314,3 +314,9 @@ def test_kernel_launches_are_counted_across_files(tmp_path):
     assert "launched 2× by name (0 in this file, 2 elsewhere:" in kernel.message
     assert "more.cu:2" in kernel.message and "ops.cu:3" in kernel.message
     assert kernel.replacement == "accelport.kernels softmax"
+
+
+def test_device_only_names_in_plain_cpp_host_code_are_not_cuda():
+    code = "int atomicAdd(int* p, int v) { return *p += v; }\nstruct texture { int w; };\nvoid f() { texture t; atomicAdd(&t.w, 1); }\n"
+    assert rules(code, "host.cpp") == []
+    assert ("AP5006", "atomicAdd") in rules("__device__ void g(int* p) { atomicAdd(p, 1); }", "shared.h")

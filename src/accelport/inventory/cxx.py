@@ -182,6 +182,7 @@ class _FileScan:
         self.reported_spans: set[tuple[int, str]] = set()
         self.type_uses: Counter[str] = Counter()
         self.first_type_finding: dict[str, int] = {}
+        self.cuda_source = source.display.lower().endswith((".cu", ".cuh"))
 
     # ------------------------------------------------------------------ helpers
 
@@ -200,6 +201,10 @@ class _FileScan:
             finding = replace(finding, family=family)
         self.findings.append(finding)
         return finding
+
+    def _device_context(self, node) -> bool:
+        """CUDA source (.cu/.cuh) or inside a __global__/__device__ function."""
+        return self.cuda_source or self.device_function_at(node.start_byte) is not None
 
     def device_function_at(self, offset: int) -> DeviceFunction | None:
         for function in self.device_functions:
@@ -385,6 +390,8 @@ class _FileScan:
             self.add("AP1902", node, word, message=f"CUDA device-type check `{word}`: other accelerators report their own device type")
         elif word in _MANAGED:
             self.add("AP9107", node, word, backends=_managed_backends(), replacement=_rocm_name(self.cat.lookup(word)))
+        elif (_WARP.fullmatch(word) or _ATOMIC.fullmatch(word) or _TEXTURE.fullmatch(word)) and not self._device_context(node):
+            return  # a host helper that happens to share the name (atomicAdd in a C++ file, a `texture` type)
         elif _WARP.fullmatch(word):
             self._warp_intrinsic(node, word, parent if is_call else None)
         elif _ATOMIC.fullmatch(word):
