@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 import subprocess
 import zipfile
 from pathlib import Path
 
+import jsonschema
 import pytest
 
-from accelport.findings import BackendStatus, Category, Route
+from accelport.findings import BackendStatus, Category, Route, report_schema
 from accelport.inventory import scan
 from accelport.inventory.base import ScanSkipped, SourceFile
 from accelport.inventory.binary import BinaryScanner, parse_fatbin
@@ -133,3 +135,4 @@ def test_example_report_has_every_category(elf_dir, tmp_path):
     assert "launched 1×" in kernel.message
     assert report.route.route is Route.C
     assert any("prebuilt binaries" in reason for reason in report.route.reasons)
+    jsonschema.validate(json.loads(report.to_json()), report_schema())
