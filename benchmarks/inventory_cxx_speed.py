@@ -159,14 +159,15 @@ def cxx_benchmark(tree: Path, jobs: int | None = None, hipify_perl: Path | None 
     """Figures for one C++/CUDA tree, all measured in this call."""
     sources = sorted(p for p in tree.rglob("*") if p.suffix in (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp"))
     lines = sum(p.read_bytes().count(b"\n") for p in sources)
-    accelport = [sys.executable, "-m", "accelport", "inventory", str(tree), "--format", "json"]
-    if jobs:
-        accelport += ["--jobs", str(jobs)]
-    seconds, done = _timed(accelport)
-    if done.returncode not in (0, 1):
-        raise RuntimeError(f"accelport inventory failed ({done.returncode}): {done.stderr.strip()}")
-    report = json.loads(done.stdout)
-    summary = report["summary"]
+    with tempfile.TemporaryDirectory(prefix="accelport-cxx-report-") as scratch:
+        output = Path(scratch) / "report.json"
+        accelport = [sys.executable, "-m", "accelport", "inventory", str(tree), "--format", "json", "-o", str(output)]
+        if jobs:
+            accelport += ["--jobs", str(jobs)]
+        seconds, done = _timed(accelport)
+        if done.returncode not in (0, 1):
+            raise RuntimeError(f"accelport inventory failed ({done.returncode}): {done.stderr.strip()}")
+        summary = json.loads(output.read_text())["summary"]
     grep = shutil.which("grep")
     grep_cmd = [grep, "-rE", GREP_PATTERN, *(f"--include={g}" for g in GREP_INCLUDES), "."]
     grep_seconds, grep_done = _timed(grep_cmd, cwd=tree)

@@ -197,7 +197,7 @@ class _FileScan:
         location = self.location(start, end)
         family = kwargs.pop("family", None)
         finding = make_finding(rule_id, symbol=symbol, location=location, snippet=self.source.snippet(location.line), **kwargs)
-        if family:
+        if family and family != finding.family:
             finding = replace(finding, family=family)
         self.findings.append(finding)
         return finding
