@@ -86,9 +86,13 @@ def test_elf_inside_a_wheel_names_the_member(elf_dir, tmp_path):
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.write(elf_dir / "libfastnorm.so", "fastnorm/libfastnorm.so")
         archive.writestr("fastnorm/__init__.py", "")
+        archive.writestr("fastnorm-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: fastnorm\nRequires-Dist: numpy\nRequires-Dist: nvidia-cuda-runtime-cu12==12.4.127\n")
     findings = scan_bytes(wheel.name, wheel.read_bytes())
-    assert {f.rule_id for f in findings} == {"AP7001", "AP7002", "AP7003"}
-    assert all("fastnorm/libfastnorm.so" in f.message for f in findings)
+    assert {f.rule_id for f in findings} == {"AP7001", "AP7002", "AP7003", "AP8101"}
+    assert all("fastnorm/libfastnorm.so" in f.message for f in findings if f.rule_id.startswith("AP7"))
+    [dependency] = [f for f in findings if f.rule_id == "AP8101"]
+    assert dependency.symbol == "nvidia-cuda-runtime-cu12"
+    assert dependency.snippet.startswith("fastnorm-1.0.dist-info/METADATA:4:")
 
 
 def test_fatbin_parser_reads_every_entry_and_stops_at_garbage():

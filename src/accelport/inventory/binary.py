@@ -169,6 +169,9 @@ class BinaryScanner(FileScanner):
         for info in members:
             member = info.filename
             lower = member.lower()
+            if lower.endswith(".dist-info/metadata") and info.file_size < 4 * 1024 * 1024:
+                yield from _metadata_findings(display, member, archive.read(info))
+                continue
             if not (lower.endswith((".so", ".cubin", ".fatbin")) or re.search(r"\.so(\.\d+)+$", lower)):
                 continue
             if info.file_size > MAX_MEMBER_BYTES:
@@ -179,6 +182,18 @@ class BinaryScanner(FileScanner):
                 raise ScanSkipped(f"wheel member {member} cannot be read ({exc})") from None
             if blob.startswith(ELF_MAGIC):
                 yield from _elf_findings(display, member, read_elf(blob))
+
+
+def _metadata_findings(display: str, member: str, metadata: bytes) -> Iterator[Finding]:
+    """CUDA wheels the wheel itself requires (`Requires-Dist: nvidia-cublas-cu12`)."""
+    from accelport.inventory.manifests import Span, requirement_findings
+
+    for number, line in enumerate(metadata.decode("utf-8", errors="replace").splitlines(), start=1):
+        if not line.startswith("Requires-Dist:"):
+            continue
+        requirement = line.partition(":")[2].strip()
+        # Location: the wheel file; the member and its line go into the snippet.
+        yield from requirement_findings(requirement, display, Span(1, 1, 1), f"{member}:{number}: {line.strip()}")
 
 
 def _location(display: str) -> Location:

@@ -158,7 +158,7 @@ class CxxScanner(FileScanner):
     """C, C++ and CUDA sources and headers."""
 
     name = "cxx"
-    suffixes = (".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc", ".ipp", ".tcc")
+    suffixes = (".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".ipp", ".tcc", ".cu.inc")
     prefilter = re.compile(
         rb"cuda|CUDA|cu[A-Z]|CU_|cublas|CUBLAS|cudnn|CUDNN|cufft|curand|cusolver|cusparse|cub::|nccl|NCCL|nvtx|NVTX"
         rb"|thrust|cute::|cutlass|CUTLASS|cutensor|cupti|__global__|__device__|__managed__|<<<|\basm\b|__asm__"
