@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cache
+from typing import Any
 
 from accelport import knowledge
 from accelport.findings import BackendStatus, Category, Finding, Location
@@ -136,6 +137,7 @@ class DeviceFunction:
     line: int
     lines: int
     kernel: bool
+    node: Any = field(default=None, compare=False, repr=False)  # the function_definition
 
 
 class _Positions:
@@ -266,12 +268,8 @@ class _FileScan:
             body = node.child_by_field_name("body")
             if body is None:
                 continue
-            start_line = node.start_point.row + 1
-            found.append(
-                DeviceFunction(name, node.start_byte, node.end_byte, start_line, node.end_point.row - node.start_point.row + 1, kernel)
-            )
-            self._device_function_nodes = getattr(self, "_device_function_nodes", {})
-            self._device_function_nodes[node.start_byte] = node
+            lines = node.end_point.row - node.start_point.row + 1
+            found.append(DeviceFunction(name, node.start_byte, node.end_byte, node.start_point.row + 1, lines, kernel, node))
         return found
 
     def _launches(self, configs) -> Counter[str]:
@@ -280,7 +278,7 @@ class _FileScan:
             call = config.parent
             function = call.child_by_field_name("function") if call is not None else None
             name = _callee_name(function) if function is not None else "?"
-            launches[name] += 1
+            launches[name.rsplit("::", 1)[-1]] += 1
             arguments = [c for c in config.named_children if c.type != "comment"]
             config_text = ", ".join(_squash(a.text) for a in arguments)
             self.add("AP5003", call, name, message=f"kernel launch {name}<<<{config_text}>>>")
@@ -291,11 +289,10 @@ class _FileScan:
         return launches
 
     def _kernels(self, launches: Counter[str]) -> None:
-        nodes = getattr(self, "_device_function_nodes", {})
         for function in self.device_functions:
-            node = nodes[function.start]
+            node = function.node
             if function.kernel:
-                count = launches.get(function.name, 0)
+                count = launches.get(function.name.rsplit("::", 1)[-1], 0)
                 equivalent = equivalent_for_kernel(function.name)
                 where = f"launched {count}× in this file" if count else "no launch in this file"
                 message = f"CUDA kernel {function.name}: {function.lines} lines, {where}"
