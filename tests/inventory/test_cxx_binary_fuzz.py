@@ -81,3 +81,21 @@ def test_every_truncation_of_a_real_elf_is_scanned_or_skipped(tmp_path):
         outcomes["skipped" if result.skipped else "scanned"] += 1
     assert outcomes["skipped"] > 0
     assert run(tmp_path, "libfull.so", data).skipped is None
+
+
+BUILD_TOKENS = [
+    "project(", "enable_language(CUDA)", "find_package(CUDAToolkit)", "set(", "CMAKE_CUDA_ARCHITECTURES", ")", "(",
+    "#[[", "]]", "[=[", "]=]", '"', "\\", "\n", " ", "\t", "#", "FROM", "nvidia/cuda:12.1", "RUN", "ENV", "CUDA_HOME=",
+    "pip", "install", "torch==2.1+cu121", "--extra-index-url", "https://download.pytorch.org/whl/cu121", "nvcc",
+    "-arch=sm_80", "-lcudart", "dependencies:", "- pip:", "  - ", "cudatoolkit=11.8", "channels:", "nvidia", ":", "=",
+    "[project]", "dependencies = [", "]", "'", "flash-attn", "$(NVCC)", "&&", "-gencode", "[options]", "install_requires =",
+]
+
+
+@SETTINGS
+@given(
+    tokens=st.lists(st.sampled_from(BUILD_TOKENS), max_size=120),
+    name=st.sampled_from(["CMakeLists.txt", "Makefile", "Dockerfile", "requirements.txt", "environment.yml", "pyproject.toml", "setup.cfg", "setup.py"]),
+)
+def test_token_soup_to_build_and_manifest_scanners(tmp_path, tokens, name):
+    run(tmp_path, name, " ".join(tokens).encode("utf-8"))
