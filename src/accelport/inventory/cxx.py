@@ -327,16 +327,13 @@ class _FileScan:
         wanted = {w for w in words if _interesting(self.cat, w)}
         if not wanted:
             return
-        pattern = re.compile(rb"\b(?:" + b"|".join(re.escape(w.encode()) for w in sorted(wanted, key=len, reverse=True)) + rb")\b")
-        for match in pattern.finditer(self.data):
-            node = root.descendant_for_byte_range(match.start(), match.end())
-            if node is None or node.start_byte != match.start() or node.end_byte != match.end():
-                continue  # inside a comment, string, number or a longer token
-            kind = node.type
-            if kind in _IDENT_TYPES or kind in {"__managed__"}:
-                self._identifier(node, match.group().decode("ascii"))
-            elif kind == "preproc_arg":
-                pass  # a whole macro body; words inside are not tokens of their own
+        for start, word in _occurrences(self.data, wanted):
+            end = start + len(word)
+            node = root.descendant_for_byte_range(start, end)
+            if node is None or node.start_byte != start or node.end_byte != end:
+                continue  # inside a comment, string, number, macro body or a longer token
+            if node.type in _IDENT_TYPES or node.type == "__managed__":
+                self._identifier(node, word)
         # Macro bodies are not parsed by tree-sitter: look at their words separately.
         self._macro_bodies(macro_bodies, wanted)
 
@@ -631,6 +628,25 @@ def _interesting(cat: Catalogue, word: str) -> bool:
             cat.memo[word] = known
     return known
 
+
+
+def _occurrences(data: bytes, words: set[str]) -> list[tuple[int, str]]:
+    """(offset, word) for every whole-word occurrence, in file order (bytes.find: no per-file regex)."""
+    found = []
+    for word in words:
+        needle = word.encode("ascii")
+        at = data.find(needle)
+        while at >= 0:
+            end = at + len(needle)
+            if (at == 0 or not _is_word_byte(data[at - 1])) and (end == len(data) or not _is_word_byte(data[end])):
+                found.append((at, word))
+            at = data.find(needle, end)
+    found.sort()
+    return found
+
+
+def _is_word_byte(byte: int) -> bool:
+    return byte == 95 or 48 <= byte <= 57 or 65 <= byte <= 90 or 97 <= byte <= 122
 
 
 def _squash(text: bytes) -> str:
