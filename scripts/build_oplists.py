@@ -1,7 +1,7 @@
 """Generate accelport's per-backend operator lists from vendor YAML and torch's native_functions.yaml.
 
 Inputs (read here, never by the package at run time):
-  * the reference data folder `shared/data/oplists/` (torch_npu 2.13.0 wheel YAML,
+  * the repository's copy of the reference data, `data/upstream/oplists/` (torch_npu 2.13.0 wheel YAML,
     torch_musa and torch_mlu codegen YAML, each with its LICENSE);
   * `torchgen/packaged/ATen/native/native_functions.yaml` inside the installed torch wheel
     (CUDA, MPS, XPU and CPU dispatch entries, structured delegates), plus the installed torch's
@@ -10,7 +10,7 @@ Inputs (read here, never by the package at run time):
 Outputs `src/accelport/knowledge/oplists/*.json`, each recording vendor, versions, source,
 licence, input checksums and this script. Run with the torch version the lists are for:
 
-    .venv/bin/python scripts/build_oplists.py --data /work/shared/data/oplists
+    .venv/bin/python scripts/build_oplists.py [--data data/upstream/oplists]
     .venv/bin/python scripts/build_oplists.py --data ... --check   # exit 1 if the files are stale
 """
 
@@ -261,7 +261,7 @@ def build(data_dir: Path) -> dict[str, str]:
 
 
 def find_data(explicit: str | None) -> Path:
-    candidates = [Path(explicit)] if explicit else [REPO.parent / "shared" / "data" / "oplists", REPO.parents[1] / "shared" / "data" / "oplists"]
+    candidates = [Path(explicit)] if explicit else [REPO / "data" / "upstream" / "oplists"]
     for candidate in candidates:
         if (candidate / "torch_npu-2.13.0").is_dir():
             return candidate
@@ -270,7 +270,7 @@ def find_data(explicit: str | None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", help="the shared/data/oplists folder")
+    parser.add_argument("--data", help="the oplists data folder (default: data/upstream/oplists)")
     parser.add_argument("--out", default=str(OUT), help="where to write (default: %(default)s)")
     parser.add_argument("--check", action="store_true", help="compare with the files on disk; exit 1 if any differs")
     args = parser.parse_args(argv)

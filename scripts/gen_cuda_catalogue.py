@@ -2,8 +2,8 @@
 
 Usage: python scripts/gen_cuda_catalogue.py [TABLES_DIR] [-o OUT]
 
-TABLES_DIR defaults to ../shared/data/hipify-tables (ROCm/HIPIFY `docs/tables/`,
-commit 014177bc2e434ce3e834aa4f3d0e2abb1efa9796, MIT). The output records that
+TABLES_DIR defaults to data/upstream/hipify-tables, the repository's copy of
+ROCm/HIPIFY `docs/tables/` (commit 014177bc2e434ce3e834aa4f3d0e2abb1efa9796, MIT). The output records that
 source, commit and licence; the package reads only the generated file.
 
 Each table row is `|CUDA|A|D|C|R|HIP|A|D|C|R|E|[ROC|A|D|C|R|E]` where A/D/C/R are
@@ -20,9 +20,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# ../shared beside the main checkout; worktrees live one level deeper.
-_CANDIDATES = [base / "shared" / "data" / "hipify-tables" for base in (ROOT.parent, ROOT.parent.parent)]
-DEFAULT_TABLES = next((p for p in _CANDIDATES if p.is_dir()), _CANDIDATES[0])
+DEFAULT_TABLES = ROOT / "data" / "upstream" / "hipify-tables"  # vendored copy of shared/data/hipify-tables
 DEFAULT_OUT = ROOT / "src" / "accelport" / "knowledge" / "cuda_api" / "hipify_catalogue.json"
 
 SOURCE = {

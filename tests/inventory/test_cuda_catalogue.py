@@ -16,7 +16,7 @@ from accelport.inventory.cuda_api import Catalogue, catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gen_cuda_catalogue.py"
-TABLES = next((p for p in (ROOT.parent / "shared/data/hipify-tables", ROOT.parent.parent / "shared/data/hipify-tables") if p.is_dir()), None)
+TABLES = ROOT / "data" / "upstream" / "hipify-tables"
 GENERATED = ROOT / "src/accelport/knowledge/cuda_api/hipify_catalogue.json"
 
 TABLE = """\
@@ -67,7 +67,6 @@ def test_generated_file_records_source_commit_and_licence():
     assert len(data["symbols"]) > 8000
 
 
-@pytest.mark.skipif(TABLES is None, reason="HIPIFY tables (shared/data/hipify-tables) are not beside this checkout")
 def test_committed_catalogue_is_what_the_script_generates(tmp_path):
     out = tmp_path / "catalogue.json"
     subprocess.run([sys.executable, str(SCRIPT), str(TABLES), "-o", str(out)], check=True, capture_output=True, timeout=120)
