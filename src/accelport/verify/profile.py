@@ -10,10 +10,10 @@ program called, so that the rows always add up to the total:
   (the device is waiting for the host: launch gaps, host-bound code, fallbacks);
 * the remaining instants are idle.
 
-The split is done step by step: each profiled step (from the start of one
-`ProfilerStep#N` to the start of the next; the last one also holds device
-work still running after it) gets its own (row, step) cells, which add up to
-the step's length. The figures are then the mean over a set of steps chosen
+The split is done step by step: each profiled step (its `ProfilerStep#N`
+range, running on until the device work launched in it ends, never past the
+start of the next step) is split on its own, so the rows add up to the
+step's length; time between steps belongs to no step. The figures are then the mean over a set of steps chosen
 by their lengths alone, the same set for every row, so the rows still add up
 to the total exactly. By default that set is the faster half of the steps:
 interference (another process taking the core, a page fault storm, the
@@ -238,26 +238,23 @@ def summarize(trace: tr.Trace, steps_used: str = FASTER_HALF) -> TraceProfile:
     top_of, scope_of, child_sum, copies, flow_owner, scope_strings = _nest(trace, start, end, host, flow_starts)
     del host
 
-    # --- the window: profiled steps, or the whole trace. `edges` cut it into steps.
+    # --- the steps: ProfilerStep ranges (by name: a step may have a range on several threads), or the whole trace
     steps = np.nonzero(kind == tr.STEP)[0]
     if len(steps):
-        # A step name can appear on more than one thread: a step starts where its first range does.
         step_ids, step_of_range = np.unique(names[steps], return_inverse=True)
-        step_starts = np.full(len(step_ids), np.inf)
-        np.minimum.at(step_starts, step_of_range, start[steps])
-        step_starts.sort()
-        w0 = float(step_starts[0])
-        w1 = float(end[steps].max())
+        step_start = np.full(len(step_ids), np.inf)
+        step_end = np.full(len(step_ids), -np.inf)
+        np.minimum.at(step_start, step_of_range, start[steps])
+        np.maximum.at(step_end, step_of_range, end[steps])
+        by_start = np.argsort(step_start, kind="stable")
+        step_start, step_end = step_start[by_start], step_end[by_start]
         step_source = "ProfilerStep"
     else:
         busy = np.concatenate([np.nonzero(kind == tr.CPU_OP)[0], device])
         if not len(busy):
             busy = np.arange(n)
-        w0 = float(start[busy].min())
-        w1 = float(end[busy].max())
-        step_starts = np.array([w0])
+        step_start, step_end = start[busy].min(keepdims=True), end[busy].max(keepdims=True)
         step_source = "whole trace"
-    n_steps = len(step_starts)
 
     # --- device work -> launching top-level op
     owner = np.full(len(device), -1, dtype=np.int64)
@@ -281,9 +278,9 @@ def summarize(trace: tr.Trace, steps_used: str = FASTER_HALF) -> TraceProfile:
                 owner[hit] = top_of[by_ext[pos[hit]]]
         if use_flows and (owner < 0).any():
             _link_by_flows(trace, device, owner, flow_starts, flow_owner)
-        # Device work that belongs to the window: it starts inside it or was launched inside it.
-        w1 = max(w1, float(end[device[(start[device] < w1) & (start[device] >= w0)]].max(initial=w1)))
-    edges = np.append(step_starts, w1)  # step k is [edges[k], edges[k+1]); the last one holds the device tail
+    edges = _step_edges(step_start, step_end, np.where(owner >= 0, start[np.maximum(owner, 0)], start[device]), end[device])
+    n_steps = len(edges) // 2
+    w0, w1 = float(edges[0]), float(edges[-1])
 
     # --- rows: one per (module, top-level op), then the orphan and idle rows
     tops = np.nonzero((kind == tr.CPU_OP) & (top_of == np.arange(n)))[0]
@@ -297,17 +294,17 @@ def summarize(trace: tr.Trace, steps_used: str = FASTER_HALF) -> TraceProfile:
     owned = owner >= 0
     dev_row[owned] = row_of_top[index_of_top[owner[owned]]]
 
-    # --- attribute every instant of the window to a row and a step
-    step_time = np.diff(edges)
+    # --- split the instants of the kept steps among the rows
+    step_time = edges[1::2] - edges[0::2]
     kept = _kept_steps(step_time, steps_used)
     used = len(kept)
-    time, host_time = _attribute(edges, kept, start, end, tops, device, row_of_top, dev_row, idle_row, n_rows)
+    time, host_time = _attribute(edges, 2 * kept, start, end, tops, device, row_of_top, dev_row, idle_row, n_rows)
 
     # Counts and host/device durations: the events that start in a kept step.
     def kept_events(events):
-        inside = (start[events] >= w0) & (start[events] < w1)
-        step = np.clip(np.searchsorted(edges, start[events], side="right") - 1, 0, n_steps - 1)
-        return inside & np.isin(step, kept)
+        slot = np.searchsorted(edges, start[events], side="right") - 1  # 2k: in step k; odd: between steps
+        inside = (start[events] >= w0) & (start[events] < w1) & (slot % 2 == 0)
+        return inside & np.isin(slot // 2, kept)
 
     def per_row(rows, weights):
         return np.bincount(rows, weights=weights, minlength=n_rows)
@@ -326,9 +323,9 @@ def summarize(trace: tr.Trace, steps_used: str = FASTER_HALF) -> TraceProfile:
     if len(device):
         comm_names = np.array([_is_comm(s) for s in strings], dtype=bool)
         comm_kernel = per_row(dev_row, comm_names[names[device]].astype(float)) > 0
-    first_dims: dict[int, str] = {}
-    for j in np.nonzero(trace.dims[tops] >= 0)[0].tolist():
-        first_dims.setdefault(int(row_of_top[j]), strings[int(trace.dims[tops[j]])])
+    with_dims = np.nonzero(trace.dims[tops] >= 0)[0]
+    shaped_rows, first = np.unique(row_of_top[with_dims], return_index=True)  # each row's first call with shapes
+    first_dims = dict(zip(shaped_rows.tolist(), (strings[d] for d in trace.dims[tops[with_dims[first]]].tolist()), strict=True))
 
     rows: dict[tuple[str, str], OpStats] = {}
     labels = [*keys, ("", ORPHAN_OP), ("", IDLE_OP)]
@@ -361,6 +358,30 @@ def summarize(trace: tr.Trace, steps_used: str = FASTER_HALF) -> TraceProfile:
         kept_steps=used,
         step_times=step_time.tolist(),
     )
+
+
+def _step_edges(step_start, step_end, launched, finished):
+    """[start0, end0, start1, end1, ...]: each step's range, sorted, never overlapping the next one.
+
+    A step ends where its host range ends or, later, where the device work launched in it
+    ends (`launched`/`finished`: launch and end time of each device event); never after the
+    next step starts. Time between steps (the profiler's bookkeeping, or another program's
+    steps) belongs to no step. Steps of no length are dropped.
+    """
+    import numpy as np
+
+    step_end = step_end.copy()
+    step = np.searchsorted(step_start, launched, side="right") - 1
+    inside = step >= 0
+    inside[inside] = launched[inside] < step_end[step[inside]]
+    np.maximum.at(step_end, step[inside], finished[inside])
+    step_end[:-1] = np.minimum(step_end[:-1], step_start[1:])
+    keep = step_end > step_start
+    if not keep.any():  # nothing but instants: one step of no length still needs an edge pair
+        keep[0] = True
+    edges = np.empty(2 * int(keep.sum()))
+    edges[0::2], edges[1::2] = step_start[keep], step_end[keep]
+    return edges
 
 
 _NEST_CHUNK = 1 << 16  # host events turned into Python values at a time (bounds the memory of the walk)
@@ -474,15 +495,15 @@ def _nest(trace: tr.Trace, start, end, host, flow_starts):
 
 
 def _attribute(edges, kept, start, end, tops, device, row_of_top, dev_row, idle_row: int, n_rows: int):
-    """Split the window's instants among rows, step by step; return each row's time in the kept steps.
+    """Split the instants of the kept slots among rows; return each row's time in them.
 
-    Returns (time, host time) per row, summed over the kept steps: each kept step's
-    instants are split in full, so the rows add up to the kept steps' total length.
+    `edges` cut the window into slots (slot 2k is step k, slot 2k+1 the time before the
+    next step); `kept` are the slots that count. Returns (time, host time) per row: each
+    kept slot's instants are split in full, so the rows add up to the kept slots' length.
     """
     import numpy as np
 
-    n_steps = len(edges) - 1
-    keep = np.zeros(n_steps, dtype=bool)
+    keep = np.zeros(len(edges) - 1, dtype=bool)
     keep[kept] = True
     w0, w1 = float(edges[0]), float(edges[-1])
     d_s, d_e = np.clip(start[device], w0, w1), np.clip(end[device], w0, w1)

@@ -382,7 +382,7 @@ class _Columns:
 
         phases = [e.ph for e in batch]
         self.counts.update(phases)
-        if self.counts.get("X", 0) == sum(self.counts.values()):
+        if phases.count("X") == len(phases):
             events = batch
         else:
             events = [e for e in batch if e.ph == "X"]
