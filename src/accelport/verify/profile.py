@@ -837,6 +837,16 @@ class ModuleScopes:
             self.stack.pop()[1].__exit__(None, None, None)
 
 
+def _export_trace(prof: Any, target: Path) -> None:
+    """torch writes the trace by file name: write it beside the target, then rename (never half a trace)."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        prof.export_chrome_trace(str(tmp))
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def profiling(trace_path: str | Path, *, steps: int, warmup: int = 1, model: Any = None,
               device_type: str | None = None) -> Iterator[Callable[[], bool]]:
@@ -852,13 +862,7 @@ def profiling(trace_path: str | Path, *, steps: int, warmup: int = 1, model: Any
     written: list[bool] = []
 
     def export(prof: Any) -> None:
-        # torch writes the file by name: write beside the target, then rename (never half a trace).
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            prof.export_chrome_trace(str(tmp))
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        _export_trace(prof, target)
         written.append(True)
 
     schedule = torch.profiler.schedule(wait=0, warmup=warmup, active=steps, repeat=1)
@@ -1066,13 +1070,7 @@ def _child(argv: Sequence[str]) -> int:
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise
-    target = Path(args.trace)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        prof.export_chrome_trace(str(tmp))
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    _export_trace(prof, Path(args.trace))
     return 0
 
 
