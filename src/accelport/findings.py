@@ -157,13 +157,16 @@ class Finding:
     replacement: str | None = None
     snippet: str = ""
     autofix: bool = False
+    # An inline `# accelport: <rule>` marker on its line says the finding is known and left for
+    # manual work (see inventory/python/markers.py).
+    acknowledged: bool = False
 
     def sort_key(self) -> tuple:
         loc = self.location
         return (loc.path, loc.cell or 0, loc.line, loc.column, self.rule_id, self.symbol)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "rule_id": self.rule_id,
             "category": self.category.value,
             "family": self.family,
@@ -177,6 +180,9 @@ class Finding:
             "snippet": self.snippet,
             "autofix": self.autofix,
         }
+        if self.acknowledged:
+            data["acknowledged"] = True
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Finding:
@@ -193,6 +199,7 @@ class Finding:
             replacement=data.get("replacement"),
             snippet=data.get("snippet", ""),
             autofix=data.get("autofix", False),
+            acknowledged=data.get("acknowledged", False),
         )
 
 

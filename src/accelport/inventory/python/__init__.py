@@ -12,6 +12,7 @@ from accelport import knowledge
 from accelport.findings import Finding
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
 from accelport.inventory.python.context import PyContext
+from accelport.inventory.python.markers import MARKER_WORD, acknowledge
 from accelport.inventory.python.rules import FINALIZERS, REGISTRY, load
 
 load()
@@ -248,7 +249,10 @@ class PythonScanner(FileScanner):
         wanted = code_token_lines(source.data)
         if not wanted:
             return []  # every CUDA token sits in a comment or docstring
-        return scan_python_text(source, source.text, wanted=wanted)
+        findings = scan_python_text(source, source.text, wanted=wanted)
+        if findings and MARKER_WORD in source.data:
+            findings = acknowledge(findings, source.lines)
+        return findings
 
 
 _MAGIC = re.compile(r"^\s*[%!]")

@@ -1,0 +1,370 @@
+"""Migrate files: inventory's findings drive the codemods; what they cannot fix gets an inline marker.
+
+Per file with findings, three rounds:
+1. rewrite every selected finding whose rule migrate fixes (codemods parse only the spans they edit),
+   and add what the rewrites need (`import torch`, `import accelport.compat`, the module's device);
+2. remove torch.cuda imports the rewrites left unused;
+3. scan the result again with the inventory: every selected finding still there gets a marker
+   `# accelport: APxxxx: <what to do>` on its line (unless one is there already).
+The result must parse, or the file is left alone and reported. Running migrate on its own
+output changes nothing: round 3 sees only acknowledged findings.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import gc
+import logging
+import multiprocessing
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from accelport import knowledge
+from accelport.errors import UserError
+from accelport.findings import Finding, SkippedFile
+from accelport.inventory.base import SourceFile
+from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
+from accelport.inventory.engine import PARALLEL_MIN_BYTES, scan_file
+from accelport.inventory.python import PythonScanner
+from accelport.inventory.python.markers import format_marker
+from accelport.migrate import codemods
+from accelport.migrate.codemods.imports import import_edits, unused_import_edits
+from accelport.migrate.context import FileContext
+from accelport.migrate.edits import Edit, LineMap, apply_edits
+from accelport.migrate.model import (
+    ADDED,
+    MARKED,
+    NOT_REWRITTEN,
+    REMOVED,
+    REWRITTEN,
+    Change,
+    FileMigration,
+    MigrationResult,
+)
+from accelport.migrate.source import SourceIndex
+
+log = logging.getLogger(__name__)
+
+_RULE_PREFIX = re.compile(r"AP\d{1,4}")
+_TRIPLE = re.compile(r'"""|\'\'\'')
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to migrate: rule-ID prefixes (empty: all rules) and the target vendor key."""
+
+    select: tuple[str, ...] = ()
+    target: str | None = None
+
+    def selects(self, rule_id: str) -> bool:
+        return not self.select or rule_id.startswith(self.select)
+
+
+def parse_select(text: str | Iterable[str] | None) -> tuple[str, ...]:
+    """`AP1101,AP12` -> ('AP1101', 'AP12'); every ID or prefix must name at least one rule."""
+    if not text:
+        return ()
+    parts = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
+    prefixes = []
+    rules = knowledge.rules()
+    for part in (p.strip().upper() for p in parts):
+        if not part:
+            continue
+        if not _RULE_PREFIX.fullmatch(part) or not any(r.startswith(part) for r in rules):
+            raise UserError(f"--select {part}: not a rule ID or ID prefix; `accelport rules` lists them")
+        prefixes.append(part)
+    return tuple(prefixes)
+
+
+@knowledge.derived_cache
+def marker_texts() -> dict[str, str]:
+    return dict(knowledge.read_toml("migrate.toml")["marker"])
+
+
+# --------------------------------------------------------------------------- one file
+
+
+def migrate_source(
+    text: str,
+    path: str = "<source>",
+    *,
+    findings: Sequence[Finding] | None = None,
+    options: Options = Options(),
+) -> FileMigration:
+    """Migrate one file's text. `findings` are inventory's for it (scanned here when not given)."""
+    if findings is None:
+        findings = _scan(text, path)
+    result = FileMigration(path=path, original=text, migrated=text)
+    if not any(options.selects(f.rule_id) for f in findings):
+        return result
+    try:
+        source = SourceIndex.parse(text, path)
+    except (SyntaxError, ValueError) as exc:
+        result.error = f"does not parse as Python ({exc}); fix the syntax or exclude the file"
+        return result
+    target = knowledge.vendor(options.target) if options.target else None
+    ctx = FileContext(source, target=target)
+    edits = _rewrite_edits(source, ctx, findings, options)
+    edits += ctx.insertions()
+    rewritten, pieces = apply_edits(text, edits, ctx.layout)
+    changes = _rewrite_changes(path, source, edits)
+    line_maps = [LineMap(text, pieces)]
+
+    try:
+        after = SourceIndex.parse(rewritten, path)
+    except (SyntaxError, ValueError) as exc:
+        return _internal_error(result, f"the rewrite did not parse ({exc})")
+    removals = unused_import_edits(source.tree, after)
+    if removals:
+        cleaned, pieces = apply_edits(rewritten, removals, ctx.layout)
+        for edit in removals:
+            if edit.error is None:
+                line = _old_line(line_maps, after.text.count("\n", 0, edit.start) + 1)
+                changes.append(Change(path, line, REMOVED, None, "import", edit.before.strip(), edit.after.strip(), "no longer used"))
+        line_maps.insert(0, LineMap(rewritten, pieces))
+        rewritten = cleaned
+
+    marked, marker_changes = _mark(rewritten, path, options, line_maps)
+    changes += marker_changes
+    try:
+        ast.parse(marked, filename=path)
+    except (SyntaxError, ValueError) as exc:
+        return _internal_error(result, f"the migrated code did not parse ({exc})")
+    result.migrated = marked
+    result.changes = sorted(changes, key=lambda c: (c.line, c.action != ADDED, c.rule_id or ""))
+    return result
+
+
+def _internal_error(result: FileMigration, what: str) -> FileMigration:
+    log.error("%s: %s", result.path, what)
+    result.error = f"left unchanged: {what}; this is an accelport bug, please report it with the file"
+    return result
+
+
+def _scan(text: str, path: str) -> list[Finding]:
+    return PythonScanner().scan(SourceFile(path, text.encode("utf-8", "surrogatepass")))
+
+
+def _rewrite_edits(source: SourceIndex, ctx: FileContext, findings: Sequence[Finding], options: Options) -> list[Edit]:
+    registry = codemods.load()
+    edits: list[Edit] = []
+    import_sites = []
+    for finding in findings:
+        if not finding.autofix or finding.acknowledged or not options.selects(finding.rule_id):
+            continue
+        site = source.site(finding)
+        if site is None:
+            continue
+        if isinstance(site.node, ast.alias):
+            import_sites.append(site)
+            continue
+        codemod = registry.get(finding.rule_id)
+        if codemod is None:
+            continue
+        try:
+            edit = codemod(site, ctx)
+        except Exception as exc:  # a codemod bug must not cost the rest of the file
+            log.exception("%s: codemod for %s failed at line %d", source, finding.rule_id, finding.location.line)
+            edit = None
+            del exc
+        if edit is not None:
+            edits.append(edit)
+    edits += import_edits(import_sites, ctx)
+    return edits
+
+
+def _rewrite_changes(path: str, source: SourceIndex, edits: Sequence[Edit]) -> list[Change]:
+    changes = []
+    for edit in edits:
+        line = source.text.count("\n", 0, edit.start) + 1
+        if edit.site is None:
+            if edit.after:
+                for added in edit.after.strip().splitlines():
+                    if added.strip() and not added.startswith((" ", "\t", "#", "try:", "except")):
+                        changes.append(Change(path, line, ADDED, None, added.split("=")[0].strip(), "", added.strip()))
+            continue
+        if edit.error is not None:
+            continue  # round 3 finds the finding again and marks it
+        finding = edit.site.finding
+        changes.append(
+            Change(path, finding.location.line, REWRITTEN, finding.rule_id, finding.symbol, edit.before, edit.after)
+        )
+    return changes
+
+
+def _old_line(line_maps: Sequence[LineMap], line: int) -> int:
+    """A line of the latest text mapped back through each round to the original file."""
+    for line_map in line_maps:
+        line = line_map.old_line(line)
+    return line
+
+
+def _mark(text: str, path: str, options: Options, line_maps: Sequence[LineMap]) -> tuple[str, list[Change]]:
+    """Add a marker for every selected finding still in `text` that has none."""
+    try:
+        findings = _scan(text, path)
+    except Exception as exc:  # ScanSkipped: the rewrite broke the file; reported by the caller's parse
+        log.debug("%s: rescan failed: %s", path, exc)
+        return text, []
+    pending: dict[int, list[Finding]] = {}
+    for finding in findings:
+        if finding.acknowledged or not options.selects(finding.rule_id):
+            continue
+        pending.setdefault(finding.location.line, []).append(finding)
+    if not pending:
+        return text, []
+    lines = text.splitlines(keepends=True)
+    triples = [m.start() for m in _TRIPLE.finditer(text)]
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    texts = marker_texts()
+    changes = []
+    for number, group in sorted(pending.items()):
+        body = lines[number - 1]
+        content = body.rstrip("\r\n")
+        ending = body[len(content) :]
+        end_offset = starts[number - 1] + len(content)
+        original_line = _old_line(line_maps, number)
+        if content.rstrip().endswith("\\") or bisect.bisect_left(triples, end_offset) % 2 == 1:
+            for finding in group:
+                changes.append(
+                    Change(path, original_line, NOT_REWRITTEN if finding.autofix else MARKED, finding.rule_id, finding.symbol,
+                           content.strip(), content.strip(), "the line continues; no marker could be placed")
+                )
+            continue
+        markers = []
+        seen = set()
+        for finding in group:
+            if finding.rule_id in seen:
+                continue
+            seen.add(finding.rule_id)
+            what = texts.get(finding.rule_id, knowledge.rules()[finding.rule_id].summary)
+            if finding.autofix:
+                what = f"not rewritten automatically here; {what}"
+            markers.append(format_marker(finding.rule_id, what))
+        new_content = content.rstrip(" \t") + "  " + "  ".join(markers)
+        lines[number - 1] = new_content + ending
+        for finding in group:
+            action = NOT_REWRITTEN if finding.autofix else MARKED
+            changes.append(Change(path, original_line, action, finding.rule_id, finding.symbol, content.strip(), new_content.strip()))
+    return "".join(lines), changes
+
+
+# --------------------------------------------------------------------------- many files
+
+
+def _read_text(path: str) -> tuple[str, bool]:
+    with open(path, "rb") as handle:
+        data = handle.read()
+    bom = data.startswith(b"\xef\xbb\xbf")
+    return data.decode("utf-8-sig" if bom else "utf-8"), bom
+
+
+_NOT_REWRITTEN_KINDS = {
+    ".ipynb": "notebooks are not rewritten; migrate their code cells by hand (inventory lists the findings per cell)",
+    ".pyi": "type stubs are not rewritten; update them after migrating the code they describe",
+}
+
+
+def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration | SkippedFile | None:
+    """Scan one discovered file and migrate it; None when it has no finding to act on."""
+    result = scan_file(candidate)
+    if result.skipped is not None:
+        return SkippedFile(result.display, result.skipped)
+    findings = [f for f in result.findings if options.selects(f.rule_id) and not f.acknowledged]
+    if not findings:
+        return None
+    suffix = os.path.splitext(candidate.path)[1].lower()
+    if suffix in _NOT_REWRITTEN_KINDS:
+        return SkippedFile(result.display, _NOT_REWRITTEN_KINDS[suffix])
+    try:
+        text, bom = _read_text(candidate.path)
+    except UnicodeDecodeError:
+        return SkippedFile(result.display, "not UTF-8; migrate writes UTF-8 only, convert the file first")
+    except OSError as exc:
+        return SkippedFile(result.display, f"cannot be read ({exc.strerror})")
+    migration = migrate_source(text, result.display, findings=result.findings, options=options)
+    migration.bom = bom
+    migration.disk_path = candidate.path
+    return migration
+
+
+def _migrate_chunk(chunk: Sequence[Candidate], options: Options) -> list[FileMigration | SkippedFile | None]:
+    gc.disable()  # as in inventory: the trees here have no cycles worth collecting
+    try:
+        return [migrate_candidate(c, options) for c in chunk]
+    finally:
+        gc.enable()
+
+
+def _chunks(files: Sequence[Candidate], jobs: int) -> list[list[Candidate]]:
+    target = max(sum(f.size for f in files) // (jobs * 8), 1)
+    chunks: list[list[Candidate]] = [[]]
+    size = 0
+    for candidate in files:
+        chunks[-1].append(candidate)
+        size += candidate.size
+        if size >= target:
+            chunks.append([])
+            size = 0
+    return [c for c in chunks if c]
+
+
+def migrate(
+    paths: Sequence[str],
+    *,
+    options: Options = Options(),
+    excludes: Iterable[str] = (),
+    jobs: int | None = None,
+    respect_gitignore: bool = True,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    on_discovered: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> MigrationResult:
+    """Migrate every file under `paths`; nothing is written (see `write`)."""
+    if options.target is not None:
+        knowledge.vendor(options.target)
+    knowledge.rules()
+    marker_texts()
+    codemods.load()
+    found = discover(paths, excludes=excludes, respect_gitignore=respect_gitignore, max_file_size=max_file_size)
+    if on_discovered:
+        on_discovered(len(found.files))
+    jobs = jobs or os.cpu_count() or 1
+    files: list[FileMigration] = []
+    skipped = list(found.skipped)
+    total = sum(f.size for f in found.files)
+    chunks = _chunks(found.files, 1 if jobs <= 1 or total < PARALLEL_MIN_BYTES else jobs)
+    if jobs <= 1 or len(found.files) < 2 or total < PARALLEL_MIN_BYTES:
+        batches: Iterable[list] = (_migrate_chunk(chunk, options) for chunk in chunks)
+        pool = None
+    else:
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method))
+        batches = pool.map(_migrate_chunk, chunks, [options] * len(chunks))
+    try:
+        for batch in batches:
+            for outcome in batch:
+                if isinstance(outcome, SkippedFile):
+                    skipped.append(outcome)
+                elif outcome is not None:
+                    files.append(outcome)
+            if on_progress:
+                on_progress(len(batch))
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    scanned = len(found.files) - sum(1 for s in skipped if s not in found.skipped)
+    return MigrationResult(
+        roots=list(paths),
+        files=sorted(files, key=lambda f: f.path),
+        files_scanned=scanned,
+        skipped=sorted(skipped, key=lambda s: s.path),
+        target=options.target,
+        select=options.select,
+    )

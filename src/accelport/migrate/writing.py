@@ -1,0 +1,75 @@
+"""Writing migrated files: refuse to overwrite uncommitted work, then replace every file atomically."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from contextlib import suppress
+from pathlib import Path
+
+from accelport.errors import UserError
+from accelport.migrate.model import FileMigration
+
+
+def uncommitted(paths: Sequence[str]) -> list[str]:
+    """Files among `paths` with changes git does not have (modified, staged or untracked).
+
+    Raises UserError when a path is not inside a git work tree: then nothing could undo the write.
+    """
+    by_root: dict[str, list[str]] = {}
+    for path in paths:
+        folder = os.path.dirname(os.path.abspath(path))
+        try:
+            root = subprocess.run(
+                ["git", "-C", folder, "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
+            )
+        except FileNotFoundError:
+            raise UserError(f"{path}: git is not installed, so uncommitted work cannot be protected; pass --force") from None
+        if root.returncode != 0:
+            raise UserError(
+                f"{path}: not in a git work tree, so the rewrite could not be undone; commit it to git first or pass --force"
+            )
+        by_root.setdefault(root.stdout.strip(), []).append(os.path.abspath(path))
+    dirty = []
+    for root, files in by_root.items():
+        status = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=all", "--", *files],
+            capture_output=True, text=True, check=False,
+        )
+        for line in status.stdout.splitlines():
+            if line.strip():
+                dirty.append(os.path.join(root, line[3:].strip().strip('"')))
+    return sorted(dirty)
+
+
+def write_files(files: Sequence[FileMigration]) -> list[str]:
+    """Write every changed file: all new contents go to temporary files first, then each is
+    renamed over its original. A failure before the renames leaves every original untouched."""
+    staged: list[tuple[str, str]] = []
+    try:
+        for migration in files:
+            if not migration.changed or migration.disk_path is None:
+                continue
+            target = Path(migration.disk_path)
+            data = migration.migrated.encode("utf-8", "surrogatepass")
+            if migration.bom:
+                data = b"\xef\xbb\xbf" + data
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".accelport.tmp", dir=target.parent)
+            staged.append((tmp, str(target)))
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, target.stat().st_mode & 0o7777)
+    except BaseException:
+        for tmp, _target in staged:
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+        raise
+    written = []
+    for tmp, target in staged:
+        os.replace(tmp, target)
+        written.append(target)
+    return written
