@@ -30,6 +30,8 @@ class SourceFile:
 
     display: str
     data: bytes
+    # A parse of `text` the caller already made (migrate parses each file once for scan and rewrite).
+    tree: object | None = field(default=None, repr=False)
     _text: str | None = field(default=None, repr=False)
     _lines: list[str] | None = field(default=None, repr=False)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from accelport.knowledge import VendorProfile
 from accelport.migrate.edits import Edit, Layout
-from accelport.migrate.source import Site, SourceIndex
+from accelport.migrate.source import Site, SourceIndex, iter_statements
 
 # Names tried, in order, for the module-level device; the first free (or already ours) wins.
 DEVICE_NAMES = ("DEVICE", "ACCEL_DEVICE", "ACCELPORT_DEVICE")
@@ -38,9 +38,9 @@ def detect_layout(source: SourceIndex) -> Layout:
     match = re.search(r"\r\n|\n|\r", source.text)
     if match:
         newline = match.group()
-    for node in ast.walk(source.tree):
+    for node in iter_statements(source.tree):
         body = getattr(node, "body", None)
-        if isinstance(node, ast.stmt) and isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
             outer = source.indentation(node.lineno)
             inner = source.indentation(body[0].lineno)
             if body[0].lineno != node.lineno and inner.startswith(outer) and len(inner) > len(outer):
@@ -61,7 +61,7 @@ class FileContext:
 
     def __post_init__(self) -> None:
         self.layout = detect_layout(self.source)
-        for node in ast.walk(self.source.tree):
+        for node in iter_statements(self.source.tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
@@ -72,7 +72,6 @@ class FileContext:
                 for alias in node.names:
                     if alias.name != "*":
                         self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-        self._bound = _bound_names(self.source.tree)
         self._module_torch = self._module_binding("torch")
         self.device_name, self._device_defined = self._choose_device_name()
 
@@ -158,7 +157,8 @@ class FileContext:
         for name in DEVICE_NAMES:
             if self._defines_our_device(name):
                 return name, True
-            if name not in self._bound:
+            # A name that never appears in the text is certainly free; otherwise ask the AST.
+            if re.search(rf"\b{name}\b", self.source.text) is None or name not in _bound_names(self.source.tree):
                 return name, False
         return DEVICE_NAMES[-1] + "_", False
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import libcst as cst
@@ -38,7 +39,7 @@ class Edit:
 
     start: int
     end: int
-    kind: str  # "expr" | "stmt" | "insert"
+    kind: str  # "expr" | "stmt" | "replace" | "insert"
     transform: Any = None
     text: str = ""  # for inserts
     site: Site | None = None
@@ -54,6 +55,13 @@ class Edit:
         return self.start == self.end
 
 
+@lru_cache(maxsize=8192)
+def parse_expression(text: str) -> cst.BaseExpression:
+    """libcst's parse, cached: CST nodes are immutable, and generated snippets repeat a lot."""
+    return cst.parse_expression(text)
+
+
+@lru_cache(maxsize=4096)
 def expression(node_text: str) -> cst.BaseExpression:
     """Parse an expression fragment (parenthesised for parsing, so multi-line spans work)."""
     node = cst.parse_expression(f"({node_text})")
@@ -74,6 +82,10 @@ class Layout:
 
 def _produce(edit: Edit, fragment: str, layout: Layout) -> str:
     if edit.kind == "insert":
+        return edit.text
+    if edit.kind == "replace":
+        # The old fragment is dropped whole; only the generated code needs checking.
+        parse_expression(edit.text)
         return edit.text
     if edit.kind == "expr":
         result = edit.transform(expression(fragment))

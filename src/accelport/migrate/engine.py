@@ -13,12 +13,12 @@ output changes nothing: round 3 sees only acknowledged findings.
 from __future__ import annotations
 
 import ast
-import bisect
 import gc
 import logging
 import multiprocessing
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -29,7 +29,8 @@ from accelport.findings import Finding, SkippedFile
 from accelport.inventory.base import SourceFile
 from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
 from accelport.inventory.engine import PARALLEL_MIN_BYTES, scan_file
-from accelport.inventory.python import PythonScanner
+from accelport.inventory.engine import _chunks as chunks_of_equal_bytes
+from accelport.inventory.python import PythonScanner, code_token_lines
 from accelport.inventory.python.markers import format_marker
 from accelport.migrate import codemods
 from accelport.migrate.codemods.imports import import_edits, unused_import_edits
@@ -48,9 +49,9 @@ from accelport.migrate.model import (
 from accelport.migrate.source import SourceIndex
 
 log = logging.getLogger(__name__)
+_SCANNER = PythonScanner()
 
 _RULE_PREFIX = re.compile(r"AP\d{1,4}")
-_TRIPLE = re.compile(r'"""|\'\'\'')
 
 
 @dataclass(frozen=True)
@@ -93,19 +94,22 @@ def migrate_source(
     path: str = "<source>",
     *,
     findings: Sequence[Finding] | None = None,
+    tree: ast.Module | None = None,
     options: Options = Options(),
 ) -> FileMigration:
-    """Migrate one file's text. `findings` are inventory's for it (scanned here when not given)."""
-    if findings is None:
-        findings = _scan(text, path)
+    """Migrate one file's text. `findings` are inventory's for it and `tree` its parse (made here when not given)."""
     result = FileMigration(path=path, original=text, migrated=text)
-    if not any(options.selects(f.rule_id) for f in findings):
-        return result
     try:
-        source = SourceIndex.parse(text, path)
+        if tree is None:
+            tree = _parse(text, path)
+        if findings is None:
+            findings = _scan(text, path, tree)
     except (SyntaxError, ValueError) as exc:
         result.error = f"does not parse as Python ({exc}); fix the syntax or exclude the file"
         return result
+    if not any(options.selects(f.rule_id) for f in findings):
+        return result
+    source = SourceIndex.from_tree(text, tree)
     target = knowledge.vendor(options.target) if options.target else None
     ctx = FileContext(source, target=target)
     edits = _rewrite_edits(source, ctx, findings, options)
@@ -114,26 +118,23 @@ def migrate_source(
     changes = _rewrite_changes(path, source, edits)
     line_maps = [LineMap(text, pieces)]
 
-    try:
-        after = SourceIndex.parse(rewritten, path)
-    except (SyntaxError, ValueError) as exc:
-        return _internal_error(result, f"the rewrite did not parse ({exc})")
-    removals = unused_import_edits(source.tree, after)
+    removals = unused_import_edits(text, rewritten, path)
     if removals:
         cleaned, pieces = apply_edits(rewritten, removals, ctx.layout)
         for edit in removals:
             if edit.error is None:
-                line = _old_line(line_maps, after.text.count("\n", 0, edit.start) + 1)
+                line = _old_line(line_maps, rewritten.count("\n", 0, edit.start) + 1)
                 changes.append(Change(path, line, REMOVED, None, "import", edit.before.strip(), edit.after.strip(), "no longer used"))
         line_maps.insert(0, LineMap(rewritten, pieces))
         rewritten = cleaned
 
-    marked, marker_changes = _mark(rewritten, path, options, line_maps)
+    marked, marker_changes, parsed = _mark(rewritten, path, options, line_maps)
     changes += marker_changes
-    try:
-        ast.parse(marked, filename=path)
-    except (SyntaxError, ValueError) as exc:
-        return _internal_error(result, f"the migrated code did not parse ({exc})")
+    if not parsed:
+        try:
+            ast.parse(marked, filename=path)
+        except (SyntaxError, ValueError) as exc:
+            return _internal_error(result, f"the migrated code did not parse ({exc})")
     result.migrated = marked
     result.changes = sorted(changes, key=lambda c: (c.line, c.action != ADDED, c.rule_id or ""))
     return result
@@ -145,8 +146,15 @@ def _internal_error(result: FileMigration, what: str) -> FileMigration:
     return result
 
 
-def _scan(text: str, path: str) -> list[Finding]:
-    return PythonScanner().scan(SourceFile(path, text.encode("utf-8", "surrogatepass")))
+def _parse(text: str, path: str) -> ast.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)  # invalid escapes are the user's business
+        return ast.parse(text, filename=path)
+
+
+def _scan(text: str, path: str, tree: ast.Module) -> list[Finding]:
+    """Inventory's findings for `text`, reusing the parse the caller made."""
+    return _SCANNER.scan(SourceFile(path, text.encode("utf-8", "surrogatepass"), tree=tree))
 
 
 def _rewrite_edits(source: SourceIndex, ctx: FileContext, findings: Sequence[Finding], options: Options) -> list[Edit]:
@@ -203,34 +211,36 @@ def _old_line(line_maps: Sequence[LineMap], line: int) -> int:
     return line
 
 
-def _mark(text: str, path: str, options: Options, line_maps: Sequence[LineMap]) -> tuple[str, list[Change]]:
-    """Add a marker for every selected finding still in `text` that has none."""
+def _mark(text: str, path: str, options: Options, line_maps: Sequence[LineMap]) -> tuple[str, list[Change], bool]:
+    """Add a marker for every selected finding still in `text` that has none.
+
+    Also says whether the returned text is known to parse: the rescan parsed it, and a
+    marker goes only at the end of a line that does not continue (no backslash, no string
+    running on), where a comment cannot change what the code means.
+    """
     try:
-        findings = _scan(text, path)
-    except Exception as exc:  # ScanSkipped: the rewrite broke the file; reported by the caller's parse
+        tree = _parse(text, path)
+        findings = _scan(text, path, tree)
+    except (SyntaxError, ValueError) as exc:  # the rewrite broke the file; the caller's parse reports it
         log.debug("%s: rescan failed: %s", path, exc)
-        return text, []
+        return text, [], False
     pending: dict[int, list[Finding]] = {}
     for finding in findings:
         if finding.acknowledged or not options.selects(finding.rule_id):
             continue
         pending.setdefault(finding.location.line, []).append(finding)
     if not pending:
-        return text, []
+        return text, [], True
     lines = text.splitlines(keepends=True)
-    triples = [m.start() for m in _TRIPLE.finditer(text)]
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
+    index = SourceIndex.from_tree(text, tree)
     texts = marker_texts()
     changes = []
     for number, group in sorted(pending.items()):
         body = lines[number - 1]
         content = body.rstrip("\r\n")
         ending = body[len(content) :]
-        end_offset = starts[number - 1] + len(content)
         original_line = _old_line(line_maps, number)
-        if content.rstrip().endswith("\\") or bisect.bisect_left(triples, end_offset) % 2 == 1:
+        if content.rstrip().endswith("\\") or index.line_ends_in_string(number):
             for finding in group:
                 changes.append(
                     Change(path, original_line, NOT_REWRITTEN if finding.autofix else MARKED, finding.rule_id, finding.symbol,
@@ -252,17 +262,10 @@ def _mark(text: str, path: str, options: Options, line_maps: Sequence[LineMap]) 
         for finding in group:
             action = NOT_REWRITTEN if finding.autofix else MARKED
             changes.append(Change(path, original_line, action, finding.rule_id, finding.symbol, content.strip(), new_content.strip()))
-    return "".join(lines), changes
+    return "".join(lines), changes, True
 
 
 # --------------------------------------------------------------------------- many files
-
-
-def _read_text(path: str) -> tuple[str, bool]:
-    with open(path, "rb") as handle:
-        data = handle.read()
-    bom = data.startswith(b"\xef\xbb\xbf")
-    return data.decode("utf-8-sig" if bom else "utf-8"), bom
 
 
 _NOT_REWRITTEN_KINDS = {
@@ -272,26 +275,43 @@ _NOT_REWRITTEN_KINDS = {
 
 
 def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration | SkippedFile | None:
-    """Scan one discovered file and migrate it; None when it has no finding to act on."""
+    """Scan one discovered file and migrate it; None when it has no finding to act on.
+
+    A Python file is parsed once: the same tree serves inventory's scan and the rewrite.
+    Anything unusual (binary, not UTF-8, does not parse, not a .py file) goes through
+    inventory's own `scan_file`, so it is reported exactly as `inventory` reports it.
+    """
+    suffix = os.path.splitext(candidate.path)[1].lower()
+    try:
+        with open(candidate.path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        return SkippedFile(candidate.display, f"cannot be read ({exc.strerror})")
+    if suffix in (".py", ".pyw") and b"\x00" not in data[:8192]:
+        if not _SCANNER.wants(data) or not code_token_lines(data):
+            return None  # no CUDA token outside comments and docstrings
+        try:
+            bom = data.startswith(b"\xef\xbb\xbf")
+            text = data.decode("utf-8-sig" if bom else "utf-8")
+            tree = _parse(text, candidate.display)
+        except (UnicodeDecodeError, SyntaxError, ValueError, MemoryError, RecursionError):
+            pass  # let inventory say what is wrong with it
+        else:
+            findings = _scan(text, candidate.display, tree)
+            if not any(options.selects(f.rule_id) and not f.acknowledged for f in findings):
+                return None
+            migration = migrate_source(text, candidate.display, findings=findings, tree=tree, options=options)
+            migration.bom = bom
+            migration.disk_path = candidate.path
+            return migration
     result = scan_file(candidate)
     if result.skipped is not None:
         return SkippedFile(result.display, result.skipped)
-    findings = [f for f in result.findings if options.selects(f.rule_id) and not f.acknowledged]
-    if not findings:
+    if not any(options.selects(f.rule_id) and not f.acknowledged for f in result.findings):
         return None
-    suffix = os.path.splitext(candidate.path)[1].lower()
     if suffix in _NOT_REWRITTEN_KINDS:
         return SkippedFile(result.display, _NOT_REWRITTEN_KINDS[suffix])
-    try:
-        text, bom = _read_text(candidate.path)
-    except UnicodeDecodeError:
-        return SkippedFile(result.display, "not UTF-8; migrate writes UTF-8 only, convert the file first")
-    except OSError as exc:
-        return SkippedFile(result.display, f"cannot be read ({exc.strerror})")
-    migration = migrate_source(text, result.display, findings=result.findings, options=options)
-    migration.bom = bom
-    migration.disk_path = candidate.path
-    return migration
+    return SkippedFile(result.display, "not UTF-8; migrate writes UTF-8 only, convert the file first")
 
 
 def _migrate_chunk(chunk: Sequence[Candidate], options: Options) -> list[FileMigration | SkippedFile | None]:
@@ -300,19 +320,6 @@ def _migrate_chunk(chunk: Sequence[Candidate], options: Options) -> list[FileMig
         return [migrate_candidate(c, options) for c in chunk]
     finally:
         gc.enable()
-
-
-def _chunks(files: Sequence[Candidate], jobs: int) -> list[list[Candidate]]:
-    target = max(sum(f.size for f in files) // (jobs * 8), 1)
-    chunks: list[list[Candidate]] = [[]]
-    size = 0
-    for candidate in files:
-        chunks[-1].append(candidate)
-        size += candidate.size
-        if size >= target:
-            chunks.append([])
-            size = 0
-    return [c for c in chunks if c]
 
 
 def migrate(
@@ -339,7 +346,7 @@ def migrate(
     files: list[FileMigration] = []
     skipped = list(found.skipped)
     total = sum(f.size for f in found.files)
-    chunks = _chunks(found.files, 1 if jobs <= 1 or total < PARALLEL_MIN_BYTES else jobs)
+    chunks = chunks_of_equal_bytes(found.files, 1 if jobs <= 1 or total < PARALLEL_MIN_BYTES else jobs)
     if jobs <= 1 or len(found.files) < 2 or total < PARALLEL_MIN_BYTES:
         batches: Iterable[list] = (_migrate_chunk(chunk, options) for chunk in chunks)
         pool = None

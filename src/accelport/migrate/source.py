@@ -13,7 +13,67 @@ from functools import cached_property
 
 from accelport.findings import Finding
 
+_LINE_BREAK = re.compile(r"\r\n|\n|\r")
 _STATEMENT_END = re.compile(r"[ \t]*(?:#[^\r\n]*)?(?:\r\n|\n|\r)?\Z")
+
+
+def _first(statement: ast.stmt) -> int:
+    return min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
+
+
+def _span(node: ast.AST) -> tuple[int, int, int, int] | None:
+    end = getattr(node, "end_col_offset", None)
+    if end is None:
+        return None
+    decorators = getattr(node, "decorator_list", None)
+    if decorators:  # a decorated def or class starts at its first decorator
+        return (decorators[0].lineno, decorators[0].col_offset, node.end_lineno, end)
+    return (node.lineno, node.col_offset, node.end_lineno, end)
+
+
+def _holds(node: ast.AST, span: tuple[int, int, int, int] | None, target: tuple[int, int, int, int]) -> bool:
+    if span is not None:
+        return span[:2] <= target[:2] and target[2:] <= span[2:]
+    # arguments, withitem, comprehension, match_case have no position: look at what they hold.
+    return any(_holds(child, _span(child), target) for child in ast.iter_child_nodes(node))
+
+
+def _statement_links(tree: ast.AST):
+    """(parent, statement) for every statement, without visiting expressions."""
+    stack = [tree]
+    while stack:
+        parent = stack.pop()
+        children = []
+        for name in ("body", "orelse", "finalbody"):
+            value = getattr(parent, name, None)
+            if isinstance(value, list):
+                children.extend(value)
+        for holder in (*getattr(parent, "handlers", ()), *getattr(parent, "cases", ())):
+            for child in holder.body:
+                yield holder, child
+                stack.append(child)
+        for child in children:
+            if isinstance(child, ast.stmt):
+                yield parent, child
+                stack.append(child)
+
+
+def iter_statements(tree: ast.AST):
+    """Every statement, depth first, without visiting expressions (much cheaper than ast.walk)."""
+    stack = list(reversed(getattr(tree, "body", [])))
+    while stack:
+        statement = stack.pop()
+        yield statement
+        nested = []
+        for name in ("body", "orelse", "finalbody"):
+            value = getattr(statement, name, None)
+            if isinstance(value, list):
+                nested.extend(value)
+        for handler in getattr(statement, "handlers", ()):
+            nested.extend(handler.body)
+        for case in getattr(statement, "cases", ()):
+            nested.extend(case.body)
+        stack.extend(reversed(nested))
 
 
 @dataclass
@@ -83,22 +143,23 @@ class SourceIndex:
     tree: ast.Module
     line_starts: list[int] = field(default_factory=list)
     parents: dict[int, ast.AST] = field(default_factory=dict)
-    _spans: dict[tuple[int, int, int, int], list[ast.AST]] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str, filename: str = "<source>") -> SourceIndex:
-        tree = ast.parse(text, filename=filename)
+        return cls.from_tree(text, ast.parse(text, filename=filename))
+
+    @classmethod
+    def from_tree(cls, text: str, tree: ast.Module) -> SourceIndex:
+        """Index a module already parsed from `text`.
+
+        Nothing is walked up front (walking every node of a large file costs more than
+        parsing it): a node is found by descending from the module through the children
+        whose spans hold it, and the parents met on the way are remembered.
+        """
         starts = [0]
-        for match in re.finditer(r"\r\n|\n|\r", text):
+        for match in _LINE_BREAK.finditer(text):
             starts.append(match.end())
-        index = cls(text=text, tree=tree, line_starts=starts)
-        for node in ast.walk(tree):
-            for child in ast.iter_child_nodes(node):
-                index.parents[id(child)] = node
-            if hasattr(node, "end_col_offset") and node.end_col_offset is not None:
-                key = (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
-                index._spans.setdefault(key, []).append(node)
-        return index
+        return cls(text=text, tree=tree, line_starts=starts)
 
     # ----------------------------------------------------------------- positions
 
@@ -136,6 +197,29 @@ class SourceIndex:
 
     # ----------------------------------------------------------------- nodes
 
+    def line_ends_in_string(self, line: int) -> bool:
+        """Does physical line `line` end inside a string literal (a triple-quoted one running on)?"""
+        for statement in self._statements_covering(line):
+            for node in ast.walk(statement):
+                if (
+                    isinstance(node, ast.JoinedStr | ast.Constant)
+                    and isinstance(getattr(node, "value", ""), str | bytes | list)
+                    and node.lineno <= line < node.end_lineno
+                ):
+                    return True
+        return False
+
+    def _statements_covering(self, line: int) -> list[ast.stmt]:
+        """The outermost statements whose lines include `line`."""
+        return [s for s in self.tree.body if _first(s) <= line <= (s.end_lineno or s.lineno)]
+
+    def statement_parent(self, statement: ast.stmt) -> ast.AST:
+        """The node whose body holds `statement` (statements only are walked)."""
+        if id(statement) not in self.parents:
+            for parent, child in _statement_links(self.tree):
+                self.parents[id(child)] = parent
+        return self.parents[id(statement)]
+
     def parent_chain(self, node: ast.AST) -> list[ast.AST]:
         chain = []
         current = self.parents.get(id(node))
@@ -145,19 +229,28 @@ class SourceIndex:
         return chain
 
     def node_for(self, finding: Finding) -> ast.AST | None:
-        """The node a finding was reported at, found by its exact span."""
+        """The node a finding was reported at, found by its exact span (parents recorded on the way)."""
         loc = finding.location
         if not (1 <= loc.line <= len(self.line_starts) and 1 <= loc.end_line <= len(self.line_starts)):
             return None
-        key = (loc.line, self._byte_col(loc.line, loc.column), loc.end_line, self._byte_col(loc.end_line, loc.end_column))
-        nodes = self._spans.get(key)
-        if not nodes:
-            return None
-        # An expression statement shares its value's span; the expression is what rules report.
-        for node in nodes:
-            if not isinstance(node, ast.stmt):
-                return node
-        return nodes[0]
+        target = (loc.line, self._byte_col(loc.line, loc.column), loc.end_line, self._byte_col(loc.end_line, loc.end_column))
+        return self._find(self.tree, target)
+
+    def _find(self, node: ast.AST, target: tuple[int, int, int, int]) -> ast.AST | None:
+        for child in ast.iter_child_nodes(node):
+            span = _span(child)
+            if span == target and not isinstance(child, ast.stmt):
+                # An expression statement shares its value's span; rules report the expression.
+                self.parents[id(child)] = node
+                return child
+            if _holds(child, span, target):
+                # Before Python 3.12 the pieces of an f-string all carry the whole f-string's
+                # span, so more than one child may seem to hold the target: try each.
+                found = self._find(child, target)
+                if found is not None:
+                    self.parents[id(child)] = node
+                    return found
+        return None
 
     def site(self, finding: Finding) -> Site | None:
         node = self.node_for(finding)

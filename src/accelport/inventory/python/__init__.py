@@ -116,8 +116,10 @@ def code_token_lines(data: bytes) -> set[int]:
 
 
 def _spans(node: ast.stmt, wanted: list[int]) -> bool:
-    """Does the statement cover any wanted line?"""
-    index = bisect.bisect_left(wanted, node.lineno)
+    """Does the statement cover any wanted line? A def or class starts at its first decorator."""
+    decorators = getattr(node, "decorator_list", None)
+    first = min(node.lineno, decorators[0].lineno) if decorators else node.lineno
+    index = bisect.bisect_left(wanted, first)
     return index < len(wanted) and wanted[index] <= (node.end_lineno or node.lineno)
 
 
@@ -225,7 +227,7 @@ def scan_python_text(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)  # invalid escapes etc. are the user's business
         try:
-            tree = ast.parse(text, filename=source.display)
+            tree = source.tree if cell is None and isinstance(source.tree, ast.Module) else ast.parse(text, filename=source.display)
         except SyntaxError as exc:
             where = f"cell {cell}, line {exc.lineno}" if cell is not None else f"line {exc.lineno}"
             raise ScanSkipped(f"does not parse as Python ({where}: {exc.msg}); fix the syntax or exclude the file") from None

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from accelport.migrate.context import FileContext
-from accelport.migrate.edits import Edit, EditFailed, ExprTransform, StmtTransform
+from accelport.migrate.edits import Edit, EditFailed, ExprTransform, StmtTransform, parse_expression
 from accelport.migrate.source import Site
 
 Codemod = Callable[[Site, FileContext], "Edit | None"]
@@ -58,8 +58,9 @@ def expr_edit(site: Site, node: ast.AST, transform: ExprTransform) -> Edit:
 
 
 def replace_with(site: Site, node: ast.AST, text: str) -> Edit:
-    """Replace the expression `node` with generated code `text`."""
-    return expr_edit(site, node, lambda _old: parse(text))
+    """Replace the expression `node` with generated code `text` (checked by libcst's parser)."""
+    source = site.source
+    return Edit(source.start(node), source.end(node), "replace", text=text, site=site)
 
 
 def stmt_edit(site: Site, statement: ast.stmt, transform: StmtTransform) -> Edit | None:
@@ -72,7 +73,7 @@ def stmt_edit(site: Site, statement: ast.stmt, transform: StmtTransform) -> Edit
 
 
 def parse(text: str) -> cst.BaseExpression:
-    return cst.parse_expression(text)
+    return parse_expression(text)
 
 
 def fail(why: str) -> None:

@@ -9,6 +9,7 @@ goes; an alias still in use stays (and keeps its finding).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 
 import libcst as cst
@@ -18,27 +19,27 @@ from accelport.migrate.codemods import fail, parse, stmt_edit
 from accelport.migrate.codemods.amp import AMP_MODULE, PORTABLE_NAMES
 from accelport.migrate.context import FileContext
 from accelport.migrate.edits import Edit
-from accelport.migrate.source import Site, SourceIndex
+from accelport.migrate.source import Site, SourceIndex, iter_statements
 
 
-def _moved_module(statement: ast.Import | ast.ImportFrom) -> str | None:
-    """Where this import goes when all it imports exists in torch.amp under the same name."""
+def _moved_names(statement: ast.Import | ast.ImportFrom) -> tuple[str, set[str]] | None:
+    """(new module, names that move there) for imports of what torch.amp offers under the same name."""
     if isinstance(statement, ast.ImportFrom):
         if statement.level or not statement.module:
             return None
         names = {a.name for a in statement.names}
         if statement.module == AMP_MODULE or statement.module.startswith(AMP_MODULE + "."):
-            return "torch.amp" if names <= PORTABLE_NAMES else None
-        if statement.module == "torch.cuda" and names == {"amp"}:
-            return "torch"
+            moving = names & PORTABLE_NAMES
+            return ("torch.amp", moving) if moving else None
+        if statement.module == "torch.cuda" and "amp" in names:
+            return "torch", {"amp"}
         return None
-    if all(a.name == AMP_MODULE and a.asname for a in statement.names):
-        return "torch.amp"
-    return None
+    moving = {a.name for a in statement.names if a.name == AMP_MODULE and a.asname}
+    return ("torch.amp", moving) if moving else None
 
 
 def import_edits(sites: Iterable[Site], ctx: FileContext) -> list[Edit]:
-    """One edit per import statement whose findings can move to torch.amp."""
+    """One edit per import statement: what exists in torch.amp is imported from there."""
     by_statement: dict[int, tuple[ast.stmt, Site]] = {}
     for site in sites:
         statement = site.parent
@@ -46,18 +47,28 @@ def import_edits(sites: Iterable[Site], ctx: FileContext) -> list[Edit]:
             by_statement.setdefault(id(statement), (statement, site))
     edits = []
     for statement, site in by_statement.values():
-        target = _moved_module(statement)
-        if target is None:
+        moved = _moved_names(statement)
+        if moved is None:
             continue
+        target, moving = moved
 
-        def move(line: cst.SimpleStatementLine, target: str = target) -> cst.SimpleStatementLine:
+        def move(line: cst.SimpleStatementLine, target: str = target, moving: set[str] = moving):
             node = line.body[0]
+            if not isinstance(node, cst.Import | cst.ImportFrom) or isinstance(node.names, cst.ImportStar):
+                fail("expected an import")
+            going = [a for a in node.names if _dotted(a.name) in moving]
+            staying = [a for a in node.names if _dotted(a.name) not in moving]
+            going[-1] = going[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             if isinstance(node, cst.ImportFrom):
-                return line.with_changes(body=[node.with_changes(module=parse(target))])
-            if isinstance(node, cst.Import):
-                names = [a.with_changes(name=parse(target)) for a in node.names]
-                return line.with_changes(body=[node.with_changes(names=names)])
-            fail("expected an import")
+                moved_node = node.with_changes(module=parse(target), names=going)
+            else:
+                moved_node = node.with_changes(names=[a.with_changes(name=parse(target)) for a in going])
+            if not staying:
+                return line.with_changes(body=[moved_node])
+            staying[-1] = staying[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            # The names that stay keep the original line (and its comment); the moved ones follow.
+            kept = line.with_changes(body=[node.with_changes(names=staying)])
+            return [kept, cst.SimpleStatementLine(body=[moved_node])]
 
         edit = stmt_edit(site, statement, move)
         if edit is not None:
@@ -65,8 +76,10 @@ def import_edits(sites: Iterable[Site], ctx: FileContext) -> list[Edit]:
     return edits
 
 
-def _loaded_names(tree: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+def _dotted(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return node.value
 
 
 def _is_cuda_import(qualname: str) -> bool:
@@ -74,16 +87,31 @@ def _is_cuda_import(qualname: str) -> bool:
     return found is not None and found[0].startswith("torch.cuda")
 
 
-def unused_import_edits(before: ast.Module, after: SourceIndex) -> list[Edit]:
+_CUDA_IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+torch\.cuda\b|import[ \t]+torch\.cuda\b|from[ \t]+torch[ \t]+import\b.*\bcuda\b)", re.M)
+
+
+def _mentions(text: str, name: str, outside: tuple[int, int]) -> bool:
+    """Does `name` appear as a word in `text` outside the span `outside`? Over-approximates uses
+    (a mention in a comment counts), which errs on the side of keeping an import."""
+    for match in re.finditer(rf"(?<![\w.]){re.escape(name)}\b", text):
+        if not outside[0] <= match.start() < outside[1]:
+            return True
+    return False
+
+
+def unused_import_edits(before: str, after_text: str, path: str = "<source>") -> list[Edit]:
     """Remove torch.cuda imports whose names the rewrites have stopped using."""
-    used_before = _loaded_names(before)
-    used_after = _loaded_names(after.tree)
+    if _CUDA_IMPORT_LINE.search(after_text) is None:
+        return []
+    lines = {after_text.count("\n", 0, m.start()) + 1 for m in _CUDA_IMPORT_LINE.finditer(after_text)}
+    after = SourceIndex.parse(after_text, path)
     edits = []
-    for node in ast.walk(after.tree):
-        if not isinstance(node, ast.Import | ast.ImportFrom):
+    for node in iter_statements(after.tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom) or node.lineno not in lines:
             continue
         if isinstance(node, ast.ImportFrom) and (node.level or not node.module):
             continue
+        span = (after.start(node), after.end(node))
         drop = set()
         for alias in node.names:
             if isinstance(node, ast.Import):
@@ -92,18 +120,26 @@ def unused_import_edits(before: ast.Module, after: SourceIndex) -> list[Edit]:
                 qualname, bound = alias.name, alias.asname
             else:
                 qualname, bound = f"{node.module}.{alias.name}", alias.asname or alias.name
-            if _is_cuda_import(qualname) and bound in used_before and bound not in used_after:
+            if not _is_cuda_import(qualname) or _mentions(after_text, bound, span):
+                continue
+            if _mentions(before, bound, _import_span(before, node, after)):
                 drop.add(bound)
-        if not drop:
-            continue
-        edit = _removal(after, node, drop)
-        if edit is not None:
-            edits.append(edit)
+        if drop:
+            edit = _removal(after, node, drop)
+            if edit is not None:
+                edits.append(edit)
     return edits
 
 
+def _import_span(before: str, node: ast.stmt, after: SourceIndex) -> tuple[int, int]:
+    """Where the same import statement sits in the text before the rewrites."""
+    text = after.text_of(node)
+    start = before.find(text)
+    return (start, start + len(text)) if start >= 0 else (0, 0)
+
+
 def _removal(source: SourceIndex, statement: ast.Import | ast.ImportFrom, drop: set[str]) -> Edit | None:
-    parent = source.parents.get(id(statement))
+    parent = source.statement_parent(statement)
     siblings = next((v for _f, v in ast.iter_fields(parent) if isinstance(v, list) and any(s is statement for s in v)), [])
     keep_pass = len(siblings) == 1
 
