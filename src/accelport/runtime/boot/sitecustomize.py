@@ -4,6 +4,7 @@ It arranges for torch.cuda to be redirected once the program imports torch, then
 to any sitecustomize this one shadows, so the environment's own start-up code still runs.
 """
 
+import contextlib
 import importlib
 import os
 import sys
@@ -26,10 +27,8 @@ def _chain_to_shadowed() -> None:
     try:
         sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
         sys.modules.pop("sitecustomize", None)
-        try:
+        with contextlib.suppress(ImportError):
             importlib.import_module("sitecustomize")
-        except ImportError:
-            pass
     finally:
         sys.path[:] = saved
         if ours is not None:
