@@ -113,6 +113,10 @@ class Location:
     end_column: int
     cell: int | None = None
 
+    def __reduce__(self):
+        # Positional state pickles several times smaller than a slots dict: scans ship many of these.
+        return (Location, (self.path, self.line, self.column, self.end_line, self.end_column, self.cell))
+
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}:{self.column}"
         return f"{where} (cell {self.cell})" if self.cell is not None else where
@@ -160,6 +164,25 @@ class Finding:
     # An inline `# accelport: <rule>` marker on its line says the finding is known and left for
     # manual work (see inventory/python/markers.py).
     acknowledged: bool = False
+
+    def __reduce__(self):
+        return (
+            Finding,
+            (
+                self.rule_id,
+                self.category,
+                self.family,
+                self.symbol,
+                self.message,
+                self.effort,
+                self.route,
+                self.location,
+                self.backends,
+                self.replacement,
+                self.snippet,
+                self.autofix,
+            ),
+        )
 
     def sort_key(self) -> tuple:
         loc = self.location

@@ -11,6 +11,7 @@ import warnings
 from accelport import knowledge
 from accelport.findings import Finding
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
+from accelport.inventory.python import chunks
 from accelport.inventory.python.context import PyContext
 from accelport.inventory.python.markers import MARKER_WORD, acknowledge
 from accelport.inventory.python.rules import FINALIZERS, REGISTRY, load
@@ -23,6 +24,7 @@ _ANCHORS = re.compile(
     rb"cud|CUD|nccl|NCCL|nvtx|NVIDIA|NVTE|DataParallel|GradScaler|pin_memory|cpp_extension|ProfilerActivity|import"
 )
 _WORD = re.compile(rb"[A-Za-z0-9_]+")
+_WORD_TAIL = re.compile(rb"[A-Za-z0-9_]+\Z")
 _ENV_WORD = re.compile(
     rb"(?:CUDA|NCCL|CUDNN|CUBLAS|CUBLASLT|CUFFT|NVIDIA|NVTE|PYTORCH_CUDA|TORCH_CUDA|TORCH_NCCL|TORCH_CUDNN)_[A-Z0-9_]+"
 )
@@ -91,9 +93,8 @@ def code_token_lines(data: bytes) -> set[int]:
             if not (words & packages or words & _KEEP_WORDS):
                 continue
         else:
-            word_start = start
-            while word_start > line_start and (data[word_start - 1 : word_start].isalnum() or data[word_start - 1] == 95):
-                word_start -= 1
+            head = _WORD_TAIL.search(data, max(line_start, start - 64), start)
+            word_start = head.start() if head else start
             word = _WORD.match(data, word_start)
             token = word.group() if word else b""
             if token not in _KEEP_WORDS and not _ENV_WORD.fullmatch(token):
@@ -116,10 +117,12 @@ def code_token_lines(data: bytes) -> set[int]:
 
 
 def _spans(node: ast.stmt, wanted: list[int]) -> bool:
-    """Does the statement cover any wanted line? A def or class starts at its first decorator."""
+    """Does the statement cover any wanted line?"""
+    start = node.lineno
     decorators = getattr(node, "decorator_list", None)
-    first = min(node.lineno, decorators[0].lineno) if decorators else node.lineno
-    index = bisect.bisect_left(wanted, first)
+    if decorators:
+        start = min(start, *(d.lineno for d in decorators))  # `def` is the node's line; decorators sit above it
+    index = bisect.bisect_left(wanted, start)
     return index < len(wanted) and wanted[index] <= (node.end_lineno or node.lineno)
 
 
@@ -199,7 +202,11 @@ def _alias_lines(ctx: PyContext, tree: ast.Module, text: str) -> set[int]:
     from accelport.inventory.python.context import lookup_api, lookup_package
     from accelport.inventory.python.rules.calls import RESOLVED_CALLS
 
-    names = set()
+    def interesting(qualname: str) -> bool:
+        return qualname in RESOLVED_CALLS or lookup_api(qualname) is not None or lookup_package(qualname) is not None
+
+    # Names bound before this text (earlier notebook cells) count as well.
+    names = {name for name, qualname in ctx.aliases.items() if "." in qualname and interesting(qualname)}
     for stmt in _module_imports(tree):
         for alias in stmt.names:
             if isinstance(stmt, ast.ImportFrom):
@@ -209,12 +216,58 @@ def _alias_lines(ctx: PyContext, tree: ast.Module, text: str) -> set[int]:
             else:
                 qualname = alias.name
             bound = alias.asname or (alias.name if isinstance(stmt, ast.ImportFrom) else alias.name.split(".")[0])
-            if qualname in RESOLVED_CALLS or lookup_api(qualname) is not None or lookup_package(qualname) is not None:
+            if interesting(qualname):
                 names.add(bound)
     if not names:
         return set()
-    pattern = re.compile(r"(?<![\w.])(?:" + "|".join(re.escape(n) for n in sorted(names)) + r")\b")
-    return {text.count("\n", 0, m.start()) + 1 for m in pattern.finditer(text)}
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(n) for n in sorted(names)) + r")\b")
+    found = set()
+    line, position = 1, 0
+    for match in pattern.finditer(text):
+        start = match.start()
+        if start and text[start - 1] == ".":
+            continue  # an attribute of something else (`x.autocast`), not the imported name
+        line += text.count("\n", position, start)
+        position = start
+        found.add(line)
+    return found
+
+
+def _parse(text: str, display: str, cell: int | None) -> ast.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)  # invalid escapes etc. are the user's business
+        try:
+            return ast.parse(text, filename=display)
+        except SyntaxError as exc:
+            where = f"cell {cell}, line {exc.lineno}" if cell is not None else f"line {exc.lineno}"
+            raise ScanSkipped(f"does not parse as Python ({where}: {exc.msg}); fix the syntax or exclude the file") from None
+        except (ValueError, MemoryError) as exc:
+            raise ScanSkipped(f"does not parse as Python ({exc})") from None
+
+
+def _parse_needed(ctx: PyContext, text: str, lines: list[str], wanted: set[int]) -> tuple[ast.Module, set[int]] | None:
+    """Parse only the top-level statements holding wanted lines, plus the imports; None to parse it all."""
+    found = chunks.select(lines, wanted, chunks.statement_starts(lines))
+    spans, keep = found
+    if all(keep):
+        return None
+    for _ in range(2):
+        try:
+            tree = _parse(chunks.blanked(lines, spans, keep), ctx.source.display, None)
+        except ScanSkipped:
+            return None  # statement starts guessed wrong: the whole file settles it
+        extra = _alias_lines(ctx, tree, text)
+        ordered = sorted(extra)
+        missing = [
+            i
+            for i, (start, end) in enumerate(spans)
+            if not keep[i] and (j := bisect.bisect_right(ordered, start)) < len(ordered) and ordered[j] <= end
+        ]
+        if not missing:
+            return tree, extra
+        for index in missing:
+            keep[index] = True
+    return None
 
 
 def scan_python_text(
@@ -222,22 +275,29 @@ def scan_python_text(
     text: str,
     cell: int | None = None,
     wanted: set[int] | None = None,
+    aliases: dict[str, str] | None = None,
 ) -> list[Finding]:
-    """Findings for one piece of Python source (a file, or a notebook cell)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SyntaxWarning)  # invalid escapes etc. are the user's business
-        try:
-            tree = source.tree if cell is None and isinstance(source.tree, ast.Module) else ast.parse(text, filename=source.display)
-        except SyntaxError as exc:
-            where = f"cell {cell}, line {exc.lineno}" if cell is not None else f"line {exc.lineno}"
-            raise ScanSkipped(f"does not parse as Python ({where}: {exc.msg}); fix the syntax or exclude the file") from None
-        except (ValueError, MemoryError) as exc:
-            raise ScanSkipped(f"does not parse as Python ({exc})") from None
-    ctx = PyContext(source, text.splitlines(), cell)
-    lines = None
-    if wanted is not None:
-        lines = sorted(wanted | _alias_lines(ctx, tree, text))
-    walk(ctx, tree, lines)
+    """Findings for one piece of Python source (a file, or a notebook cell).
+
+    With `wanted` (lines holding CUDA tokens) only the statements that cover them are
+    parsed and walked (a caller that already parsed the file, such as migrate, passes its tree as
+    `source.tree`). `aliases` carries import bindings between notebook cells, which
+    share one namespace; it is updated with this text's imports.
+    """
+    lines = chunks.split_lines(text)
+    ctx = PyContext(source, lines, cell)
+    if aliases is not None:
+        ctx.aliases = aliases
+    if cell is None and isinstance(source.tree, ast.Module):
+        partial = source.tree, _alias_lines(ctx, source.tree, text) if wanted is not None else set()
+    else:
+        partial = _parse_needed(ctx, text, lines, wanted) if wanted is not None and cell is None else None
+    if partial is not None:
+        tree, extra = partial
+    else:
+        tree = _parse(text, source.display, cell)
+        extra = _alias_lines(ctx, tree, text) if wanted is not None else set()
+    walk(ctx, tree, sorted(wanted | extra) if wanted is not None else None)
     return ctx.findings
 
 
@@ -257,7 +317,8 @@ class PythonScanner(FileScanner):
         return findings
 
 
-_MAGIC = re.compile(r"^\s*[%!]")
+# IPython-only lines: line magics, shell escapes, help queries (`obj?`, `?obj`).
+_MAGIC = re.compile(r"^\s*[%!?]|\?\s*$")
 
 
 class NotebookScanner(FileScanner):
@@ -277,14 +338,22 @@ class NotebookScanner(FileScanner):
         if not isinstance(cells, list):
             raise ScanSkipped("not a valid notebook (no cells list); is it an nbformat 4 file?")
         findings: list[Finding] = []
+        aliases: dict[str, str] = {}
         for number, cell in enumerate(cells, 1):
             if not isinstance(cell, dict) or cell.get("cell_type") != "code":
                 continue
             raw = cell.get("source", "")
             text = "".join(raw) if isinstance(raw, list) else str(raw)
-            # IPython magics and shell escapes are not Python: blank them, keeping line numbers.
-            text = "\n".join("" if _MAGIC.match(line) else line for line in text.split("\n"))
+            if text.lstrip().startswith("%%"):
+                continue  # a cell magic (%%bash, %%writefile ...): not Python
+            # IPython-only lines are not Python: blank them, keeping line numbers.
+            text = "\n".join("" if _MAGIC.search(line) else line for line in text.split("\n"))
             wanted = code_token_lines(text.encode("utf-8", "surrogatepass"))
-            if wanted:
-                findings.extend(scan_python_text(source, text, cell=number, wanted=wanted))
+            try:
+                # Every code cell is parsed, if only to bind its imports for later cells.
+                findings.extend(scan_python_text(source, text, cell=number, wanted=wanted, aliases=aliases))
+            except ScanSkipped:
+                if wanted:
+                    raise
+                # A cell with no CUDA token that is not plain Python (IPython syntax) holds nothing to report.
         return findings
