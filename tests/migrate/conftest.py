@@ -32,7 +32,7 @@ def migrated_app(tmp_path_factory) -> Path:
     from accelport.migrate.writing import write_files
 
     target = tmp_path_factory.mktemp("migrated") / "legacy_cuda_app"
-    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns("__pycache__", "csrc"))
+    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns("__pycache__"))
     result = migrate([str(target)], jobs=1)
     assert not result.failed_files and not result.skipped
     write_files(result.files)
@@ -43,5 +43,5 @@ def migrated_app(tmp_path_factory) -> Path:
 def app_copy(tmp_path) -> Path:
     """A fresh, unmigrated copy of the example app."""
     target = tmp_path / "legacy_cuda_app"
-    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns("__pycache__", "csrc"))
+    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns("__pycache__"))
     return target

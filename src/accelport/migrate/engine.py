@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from accelport import knowledge
 from accelport.errors import UserError
 from accelport.findings import Finding, SkippedFile
-from accelport.inventory.base import SourceFile
+from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
+from accelport.inventory.buildfiles import SetupScriptScanner
 from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
 from accelport.inventory.engine import PARALLEL_MIN_BYTES, scan_file
 from accelport.inventory.engine import _chunks as chunks_of_equal_bytes
 from accelport.inventory.python import PythonScanner, code_token_lines
-from accelport.inventory.python.markers import format_marker
+from accelport.inventory.python.markers import MARKER_WORD, acknowledge, format_marker
+from accelport.inventory.scanners import all_scanners
 from accelport.migrate import codemods
 from accelport.migrate.codemods.imports import import_edits, unused_import_edits
 from accelport.migrate.context import FileContext
@@ -45,6 +47,7 @@ from accelport.migrate.model import (
     Change,
     FileMigration,
     MigrationResult,
+    NotPython,
 )
 from accelport.migrate.source import SourceIndex
 
@@ -96,14 +99,20 @@ def migrate_source(
     findings: Sequence[Finding] | None = None,
     tree: ast.Module | None = None,
     options: Options = Options(),
+    scanner: FileScanner | None = None,
 ) -> FileMigration:
-    """Migrate one file's text. `findings` are inventory's for it and `tree` its parse (made here when not given)."""
+    """Migrate one Python file's text.
+
+    `findings` are inventory's for it and `tree` its parse (both made here when not given);
+    `scanner` is the inventory scanner that claims the file (setup.py has its own).
+    """
+    scanner = scanner or _SCANNER
     result = FileMigration(path=path, original=text, migrated=text)
     try:
         if tree is None:
             tree = _parse(text, path)
         if findings is None:
-            findings = _scan(text, path, tree)
+            findings = _scan(text, path, tree, scanner)
     except (SyntaxError, ValueError) as exc:
         result.error = f"does not parse as Python ({exc}); fix the syntax or exclude the file"
         return result
@@ -128,7 +137,7 @@ def migrate_source(
         line_maps.insert(0, LineMap(rewritten, pieces))
         rewritten = cleaned
 
-    marked, marker_changes, parsed = _mark(rewritten, path, options, line_maps)
+    marked, marker_changes, parsed = _mark(rewritten, path, options, line_maps, scanner)
     changes += marker_changes
     if not parsed:
         try:
@@ -152,9 +161,11 @@ def _parse(text: str, path: str) -> ast.Module:
         return ast.parse(text, filename=path)
 
 
-def _scan(text: str, path: str, tree: ast.Module) -> list[Finding]:
-    """Inventory's findings for `text`, reusing the parse the caller made."""
-    return _SCANNER.scan(SourceFile(path, text.encode("utf-8", "surrogatepass"), tree=tree))
+def _scan(text: str, path: str, tree: ast.Module, scanner: FileScanner | None = None) -> list[Finding]:
+    """Inventory's findings for `text`, reusing the parse the caller made, markers acknowledged."""
+    source = SourceFile(path, text.encode("utf-8", "surrogatepass"), tree=tree)
+    findings = (scanner or _SCANNER).scan(source)
+    return acknowledge(findings, source.lines) if MARKER_WORD in source.data else findings
 
 
 def _rewrite_edits(source: SourceIndex, ctx: FileContext, findings: Sequence[Finding], options: Options) -> list[Edit]:
@@ -211,7 +222,9 @@ def _old_line(line_maps: Sequence[LineMap], line: int) -> int:
     return line
 
 
-def _mark(text: str, path: str, options: Options, line_maps: Sequence[LineMap]) -> tuple[str, list[Change], bool]:
+def _mark(
+    text: str, path: str, options: Options, line_maps: Sequence[LineMap], scanner: FileScanner
+) -> tuple[str, list[Change], bool]:
     """Add a marker for every selected finding still in `text` that has none.
 
     Also says whether the returned text is known to parse: the rescan parsed it, and a
@@ -220,8 +233,8 @@ def _mark(text: str, path: str, options: Options, line_maps: Sequence[LineMap]) 
     """
     try:
         tree = _parse(text, path)
-        findings = _scan(text, path, tree)
-    except (SyntaxError, ValueError) as exc:  # the rewrite broke the file; the caller's parse reports it
+        findings = _scan(text, path, tree, scanner)
+    except (SyntaxError, ValueError, ScanSkipped) as exc:  # the rewrite broke the file; the caller's parse reports it
         log.debug("%s: rescan failed: %s", path, exc)
         return text, [], False
     pending: dict[int, list[Finding]] = {}
@@ -274,43 +287,51 @@ _NOT_REWRITTEN_KINDS = {
 }
 
 
-def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration | SkippedFile | None:
+def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration | SkippedFile | NotPython | None:
     """Scan one discovered file and migrate it; None when it has no finding to act on.
 
     A Python file is parsed once: the same tree serves inventory's scan and the rewrite.
-    Anything unusual (binary, not UTF-8, does not parse, not a .py file) goes through
-    inventory's own `scan_file`, so it is reported exactly as `inventory` reports it.
+    Anything unusual (binary, not UTF-8, does not parse) goes through inventory's own
+    `scan_file`, so it is reported exactly as `inventory` reports it. Files that are not
+    Python (C++/CUDA sources, build files, manifests, binaries) are route-B work: they are
+    counted, never rewritten.
     """
+    scanner = all_scanners()[candidate.scanner]
     suffix = os.path.splitext(candidate.path)[1].lower()
-    try:
-        with open(candidate.path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        return SkippedFile(candidate.display, f"cannot be read ({exc.strerror})")
-    if suffix in (".py", ".pyw") and b"\x00" not in data[:8192]:
-        if not _SCANNER.wants(data) or not code_token_lines(data):
-            return None  # no CUDA token outside comments and docstrings
+    python = isinstance(scanner, PythonScanner | SetupScriptScanner) and suffix in (".py", ".pyw")
+    if python:
         try:
-            bom = data.startswith(b"\xef\xbb\xbf")
-            text = data.decode("utf-8-sig" if bom else "utf-8")
-            tree = _parse(text, candidate.display)
-        except (UnicodeDecodeError, SyntaxError, ValueError, MemoryError, RecursionError):
-            pass  # let inventory say what is wrong with it
-        else:
-            findings = _scan(text, candidate.display, tree)
-            if not any(options.selects(f.rule_id) and not f.acknowledged for f in findings):
-                return None
-            migration = migrate_source(text, candidate.display, findings=findings, tree=tree, options=options)
-            migration.bom = bom
-            migration.disk_path = candidate.path
-            return migration
+            with open(candidate.path, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            return SkippedFile(candidate.display, f"cannot be read ({exc.strerror})")
+        if b"\x00" not in data[:8192]:
+            if not isinstance(scanner, SetupScriptScanner) and (not scanner.wants(data) or not code_token_lines(data)):
+                return None  # no CUDA token outside comments and docstrings
+            try:
+                bom = data.startswith(b"\xef\xbb\xbf")
+                text = data.decode("utf-8-sig" if bom else "utf-8")
+                tree = _parse(text, candidate.display)
+            except (UnicodeDecodeError, SyntaxError, ValueError, MemoryError, RecursionError):
+                pass  # let inventory say what is wrong with it
+            else:
+                findings = _scan(text, candidate.display, tree, scanner)
+                if not any(options.selects(f.rule_id) and not f.acknowledged for f in findings):
+                    return None
+                migration = migrate_source(text, candidate.display, findings=findings, tree=tree, options=options, scanner=scanner)
+                migration.bom = bom
+                migration.disk_path = candidate.path
+                return migration
     result = scan_file(candidate)
     if result.skipped is not None:
-        return SkippedFile(result.display, result.skipped)
-    if not any(options.selects(f.rule_id) and not f.acknowledged for f in result.findings):
+        return SkippedFile(result.display, result.skipped) if python or suffix in _NOT_REWRITTEN_KINDS else None
+    pending = [f for f in result.findings if options.selects(f.rule_id) and not f.acknowledged]
+    if not pending:
         return None
     if suffix in _NOT_REWRITTEN_KINDS:
         return SkippedFile(result.display, _NOT_REWRITTEN_KINDS[suffix])
+    if not python:
+        return NotPython(result.display, len(pending))
     return SkippedFile(result.display, "not UTF-8; migrate writes UTF-8 only, convert the file first")
 
 
@@ -344,6 +365,7 @@ def migrate(
         on_discovered(len(found.files))
     jobs = jobs or os.cpu_count() or 1
     files: list[FileMigration] = []
+    not_python: list[NotPython] = []
     skipped = list(found.skipped)
     total = sum(f.size for f in found.files)
     chunks = chunks_of_equal_bytes(found.files, 1 if jobs <= 1 or total < PARALLEL_MIN_BYTES else jobs)
@@ -359,6 +381,8 @@ def migrate(
             for outcome in batch:
                 if isinstance(outcome, SkippedFile):
                     skipped.append(outcome)
+                elif isinstance(outcome, NotPython):
+                    not_python.append(outcome)
                 elif outcome is not None:
                     files.append(outcome)
             if on_progress:
@@ -374,4 +398,5 @@ def migrate(
         skipped=sorted(skipped, key=lambda s: s.path),
         target=options.target,
         select=options.select,
+        not_python=sorted(not_python, key=lambda n: n.path),
     )

@@ -80,6 +80,17 @@ class FileMigration:
         return Counter(c.action for c in self.changes)
 
 
+@dataclass(frozen=True, slots=True)
+class NotPython:
+    """A file with findings that is not Python (C++/CUDA, build files, manifests): route-B work, not rewritten."""
+
+    path: str
+    findings: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "findings": self.findings}
+
+
 @dataclass
 class MigrationResult:
     """Everything one `migrate` run did or would do."""
@@ -90,6 +101,7 @@ class MigrationResult:
     skipped: list[SkippedFile]
     target: str | None = None
     select: tuple[str, ...] = ()
+    not_python: list[NotPython] = field(default_factory=list)
 
     @property
     def changed_files(self) -> list[FileMigration]:
@@ -115,6 +127,7 @@ class MigrationResult:
             "not_rewritten": actions.get(NOT_REWRITTEN, 0),
             "added": actions.get(ADDED, 0),
             "removed": actions.get(REMOVED, 0),
+            "not_python_files": len(self.not_python),
             "by_rule": dict(sorted(Counter(c.rule_id for c in self.changes if c.rule_id).items())),
         }
 
@@ -136,4 +149,5 @@ class MigrationResult:
                 for f in self.files
             ],
             "skipped": [s.to_dict() for s in self.skipped],
+            "not_python": [n.to_dict() for n in self.not_python],
         }

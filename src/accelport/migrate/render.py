@@ -45,6 +45,12 @@ def render_summary(result: MigrationResult, style=None) -> str:
                 lines.append(f"  {migration.path}:{change.line}: {style.yellow(change.rule_id or '')} {change.symbol}: left for manual work")
     for skip in result.skipped:
         lines.append(f"{style.yellow('skipped')}  {skip.path}: {skip.reason}")
+    if result.not_python:
+        names = ", ".join(n.path for n in result.not_python[:5]) + (" ..." if len(result.not_python) > 5 else "")
+        lines.append(
+            f"{len(result.not_python)} non-Python file(s) with CUDA findings are route-B work that migrate does not "
+            f"rewrite (see `accelport inventory`): {names}"
+        )
     summary = result.summary()
     lines.append(
         f"{summary['files_changed']} file(s) to change of {summary['files_with_findings']} with findings "
@@ -93,4 +99,7 @@ def render_markdown(result: MigrationResult) -> str:
         out += [f"## {migration.path}", "", table(headers, rows, raw_columns=(4, 5)), ""]
     if result.skipped:
         out += ["## Skipped", "", table(["file", "reason"], [(s.path, s.reason) for s in result.skipped]), ""]
+    if result.not_python:
+        rows = [(n.path, str(n.findings)) for n in result.not_python]
+        out += ["## Not Python (route B, not rewritten)", "", table(["file", "findings"], rows), ""]
     return "\n".join(out)

@@ -19,7 +19,7 @@ def init(model, local_rank):
     if torch.accelerator.is_available():
         torch.accelerator.set_device_index(local_rank)
     model = DDP(model.to(DEVICE), device_ids=[local_rank] if DEVICE.type != "cpu" else None, output_device=local_rank)
-    if dist.get_backend() == "nccl":  # accelport: AP9001: test for the capability the branch needs, not the NCCL backend
+    if dist.get_backend() == "nccl":  # accelport: AP9001: NCCL is NVIDIA's; test for the capability needed, or name the target's collective library
         os.environ["NCCL_DEBUG"] = "INFO"  # accelport: AP1602: NCCL setting; also set the target collective library's variable
     return model
 

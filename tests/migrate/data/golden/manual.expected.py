@@ -4,7 +4,7 @@ from flash_attn import flash_attn_func  # accelport: AP8001: CUDA-only package; 
 from torch.utils.cpp_extension import load
 
 kernels = load("fused", sources=["fused.cpp", "fused_kernel.cu"])  # accelport: AP6001: CUDA extension: port the kernels (route B) or use the vendor's extension type
-BACKENDS = {"cuda": "nccl", "cpu": "gloo"}  # accelport: AP1007: check whether this names a device; if so use the selected device's type  # accelport: AP9001: test for the capability the branch needs, not the NCCL backend
+BACKENDS = {"cuda": "nccl", "cpu": "gloo"}  # accelport: AP1007: check whether this names a device; if so use the selected device's type  # accelport: AP9001: NCCL is NVIDIA's; test for the capability needed, or name the target's collective library
 
 
 def build(model):
