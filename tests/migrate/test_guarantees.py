@@ -84,6 +84,15 @@ def test_unparsable_file_is_reported_and_left_alone(tmp_path, cli):
     assert "torch.accelerator.synchronize()" in good.read_text()
 
 
+def test_write_leaves_alone_a_file_broken_away_from_its_findings(tmp_path, cli):
+    broken = tmp_path / "elsewhere.py"
+    text = "import torch\n\n\ndef ok():\n    torch.cuda.synchronize()\n\n\ndef broken(:\n    pass\n"
+    broken.write_text(text)
+    outcome = cli("migrate", tmp_path, "--write", "--force", "--changes", "-")
+    assert outcome.code == 1 and "elsewhere.py: does not parse" in outcome.out
+    assert broken.read_text() == text
+
+
 def test_migrated_example_has_only_markers_left(migrated_app):
     findings = [f for f in scan([str(migrated_app)], jobs=1).findings if f.location.path.endswith(".py")]
     assert findings, "the example keeps some manual work"

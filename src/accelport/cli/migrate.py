@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from accelport.migrate import Options, migrate, parse_select
     from accelport.migrate.render import render_diff, render_json, render_markdown, render_summary
 
-    options = Options(select=parse_select(args.select), target=args.target)
+    # Before writing, each whole file must parse; --diff and --check check the statements they change.
+    options = Options(select=parse_select(args.select), target=args.target, whole_file=args.mode == "write")
     progress: Progress | None = None
 
     def discovered(total: int) -> None:

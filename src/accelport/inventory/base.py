@@ -30,7 +30,8 @@ class SourceFile:
 
     display: str
     data: bytes
-    # A parse of `text` the caller already made (migrate parses each file once for scan and rewrite).
+    # The Python scanner leaves its parse here (possibly partial: statements without CUDA
+    # tokens blanked, positions kept), so migrate rewrites from the same parse.
     tree: object | None = field(default=None, repr=False)
     _text: str | None = field(default=None, repr=False)
     _lines: list[str] | None = field(default=None, repr=False)

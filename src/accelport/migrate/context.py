@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from accelport.knowledge import VendorProfile
@@ -58,6 +59,8 @@ class FileContext:
     needs_compat: bool = False
     needs_torch: bool = False
     module_uses: list[int] = field(default_factory=list)  # top-level statement indexes using the module device
+    # The whole file's parse, when `source.tree` holds only the statements with findings.
+    whole_tree: Callable[[], ast.Module] | None = None
 
     def __post_init__(self) -> None:
         self.layout = detect_layout(self.source)
@@ -155,16 +158,22 @@ class FileContext:
 
     def _choose_device_name(self) -> tuple[str, bool]:
         for name in DEVICE_NAMES:
-            if self._defines_our_device(name):
+            # A name that never appears in the text is certainly free; otherwise ask the whole file.
+            if re.search(rf"\b{name}\b", self.source.text) is None:
+                return name, False
+            whole = self._whole()
+            if self._defines_our_device(whole, name):
                 return name, True
-            # A name that never appears in the text is certainly free; otherwise ask the AST.
-            if re.search(rf"\b{name}\b", self.source.text) is None or name not in _bound_names(self.source.tree):
+            if name not in _bound_names(whole):
                 return name, False
         return DEVICE_NAMES[-1] + "_", False
 
-    def _defines_our_device(self, name: str) -> bool:
+    def _whole(self) -> ast.Module:
+        return self.whole_tree() if self.whole_tree is not None else self.source.tree
+
+    def _defines_our_device(self, tree: ast.Module, name: str) -> bool:
         torch = self._module_torch or "torch"
-        for stmt in self.source.tree.body:
+        for stmt in tree.body:
             if (
                 isinstance(stmt, ast.Assign)
                 and len(stmt.targets) == 1

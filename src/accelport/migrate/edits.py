@@ -214,6 +214,21 @@ class LineMap:
             self._segments.append((old_first + shift, new_lines, old_first, old_lines))
             shift += new_lines - old_lines
 
+    def changed_lines(self) -> set[int]:
+        """Lines of the new text inside a replacement."""
+        return {line for first, count, _old, _n in self._segments for line in range(first, first + count + 1)}
+
+    def new_line(self, old_line: int) -> int:
+        """Where a line of the old text is in the new one (inside a replacement: its first line)."""
+        shift = 0
+        for new_first, new_lines, old_first, old_lines in self._segments:
+            if old_line < old_first:
+                break
+            if old_line <= old_first + old_lines:
+                return new_first + min(old_line - old_first, new_lines)
+            shift += new_lines - old_lines
+        return old_line + shift
+
     def old_line(self, new_line: int) -> int:
         shift = 0
         for new_first, new_lines, old_first, old_lines in self._segments:

@@ -31,7 +31,7 @@ from accelport.inventory.buildfiles import SetupScriptScanner
 from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
 from accelport.inventory.engine import PARALLEL_MIN_BYTES, scan_file
 from accelport.inventory.engine import _chunks as chunks_of_equal_bytes
-from accelport.inventory.python import PythonScanner, code_token_lines
+from accelport.inventory.python import PythonScanner, chunks, code_token_lines, scan_python_text
 from accelport.inventory.python.markers import MARKER_WORD, acknowledge, format_marker
 from accelport.inventory.scanners import all_scanners
 from accelport.migrate import codemods
@@ -63,6 +63,7 @@ class Options:
 
     select: tuple[str, ...] = ()
     target: str | None = None
+    whole_file: bool = False  # require each whole file to parse, before and after (--write)
 
     def selects(self, rule_id: str) -> bool:
         return not self.select or rule_id.startswith(self.select)
@@ -100,34 +101,44 @@ def migrate_source(
     tree: ast.Module | None = None,
     options: Options = Options(),
     scanner: FileScanner | None = None,
+    whole_file: bool = False,
 ) -> FileMigration:
     """Migrate one Python file's text.
 
-    `findings` are inventory's for it and `tree` its parse (both made here when not given);
-    `scanner` is the inventory scanner that claims the file (setup.py has its own).
+    `findings` are inventory's for it and `tree` the (partial) parse they came from, both
+    made here when not given; `scanner` is the
+    inventory scanner that claims the file (setup.py has its own). Only the top-level
+    statements that hold findings are parsed, and afterwards only the changed ones are
+    checked again; `whole_file` also requires the whole file, before and after, to parse
+    (what `--write` asks, so it never writes into a file that does not parse).
     """
     scanner = scanner or _SCANNER
     result = FileMigration(path=path, original=text, migrated=text)
     try:
-        if tree is None:
-            tree = _parse(text, path)
+        if whole_file:
+            _parse(text, path)
         if findings is None:
-            findings = _scan(text, path, tree, scanner)
-    except (SyntaxError, ValueError) as exc:
+            findings, tree = _scan(text, path, scanner)
+        if tree is None and findings:
+            tree = partial_tree(text, path, {line for f in findings for line in (f.location.line, f.location.end_line)})
+    except (SyntaxError, ValueError, ScanSkipped) as exc:
         result.error = f"does not parse as Python ({exc}); fix the syntax or exclude the file"
         return result
-    if not any(options.selects(f.rule_id) for f in findings):
+    if not any(options.selects(f.rule_id) and not f.acknowledged for f in findings):
         return result
     source = SourceIndex.from_tree(text, tree)
     target = knowledge.vendor(options.target) if options.target else None
-    ctx = FileContext(source, target=target)
+    ctx = FileContext(source, target=target, whole_tree=lambda: _parse(text, path))
     edits = _rewrite_edits(source, ctx, findings, options)
     edits += ctx.insertions()
     rewritten, pieces = apply_edits(text, edits, ctx.layout)
     changes = _rewrite_changes(path, source, edits)
     line_maps = [LineMap(text, pieces)]
 
-    removals = unused_import_edits(text, rewritten, path)
+    try:
+        removals = unused_import_edits(text, rewritten, path)
+    except SyntaxError as exc:
+        return _internal_error(result, f"the rewrite did not parse ({exc})")
     if removals:
         cleaned, pieces = apply_edits(rewritten, removals, ctx.layout)
         for edit in removals:
@@ -137,16 +148,46 @@ def migrate_source(
         line_maps.insert(0, LineMap(rewritten, pieces))
         rewritten = cleaned
 
-    marked, marker_changes, parsed = _mark(rewritten, path, options, line_maps, scanner)
-    changes += marker_changes
-    if not parsed:
-        try:
-            ast.parse(marked, filename=path)
-        except (SyntaxError, ValueError) as exc:
-            return _internal_error(result, f"the migrated code did not parse ({exc})")
+    try:
+        # The rescan parses every rewritten statement: that is the check the rewrite parses.
+        remaining, rescanned = _scan(rewritten, path, scanner, also=_changed_lines(line_maps))
+        marked, marker_changes = _mark(rewritten, path, options, line_maps, remaining, rescanned)
+        if whole_file:
+            _parse(marked, path)
+    except (SyntaxError, ValueError, ScanSkipped) as exc:
+        return _internal_error(result, f"the migrated code did not parse ({exc})")
     result.migrated = marked
-    result.changes = sorted(changes, key=lambda c: (c.line, c.action != ADDED, c.rule_id or ""))
+    result.changes = sorted(changes + marker_changes, key=lambda c: (c.line, c.action != ADDED, c.rule_id or ""))
     return result
+
+
+def partial_tree(text: str, path: str, lines: set[int]) -> ast.Module:
+    """The module with only the top-level statements holding `lines` (and the imports) parsed.
+
+    Line and column positions are those of `text`. Other statements are blanked, so a
+    large file costs what its relevant statements cost; when the statement boundaries
+    guessed from the text are wrong, the whole file is parsed instead.
+    """
+    split = chunks.split_lines(text)
+    spans, keep = chunks.select(split, lines, chunks.statement_starts(split))
+    if all(keep):
+        return _parse(text, path)
+    try:
+        return _parse(chunks.blanked(split, spans, keep), path)
+    except SyntaxError:
+        return _parse(text, path)
+
+
+def _changed_lines(line_maps: Sequence[LineMap]) -> set[int]:
+    """Lines of the latest text that some round rewrote (line_maps: latest round first)."""
+    changed: set[int] = set()
+    for index, line_map in enumerate(reversed(line_maps)):
+        later = list(reversed(line_maps))[index + 1 :]
+        for line in line_map.changed_lines():
+            for forward in later:
+                line = forward.new_line(line)
+            changed.add(line)
+    return changed
 
 
 def _internal_error(result: FileMigration, what: str) -> FileMigration:
@@ -161,11 +202,25 @@ def _parse(text: str, path: str) -> ast.Module:
         return ast.parse(text, filename=path)
 
 
-def _scan(text: str, path: str, tree: ast.Module, scanner: FileScanner | None = None) -> list[Finding]:
-    """Inventory's findings for `text`, reusing the parse the caller made, markers acknowledged."""
-    source = SourceFile(path, text.encode("utf-8", "surrogatepass"), tree=tree)
-    findings = (scanner or _SCANNER).scan(source)
-    return acknowledge(findings, source.lines) if MARKER_WORD in source.data else findings
+def _scan(
+    text: str, path: str, scanner: FileScanner | None = None, also: set[int] | None = None
+) -> tuple[list[Finding], ast.Module | None]:
+    """Inventory's findings for `text` (markers acknowledged) and the parse they came from.
+
+    The parse covers the statements with findings; `also` adds lines whose statements must
+    be parsed too (rewritten ones, which may hold no CUDA token any more), so that one
+    parse both rescans a rewritten file and checks what was rewritten.
+    """
+    scanner = scanner or _SCANNER
+    source = SourceFile(path, text.encode("utf-8", "surrogatepass"))
+    if type(scanner) is PythonScanner:
+        wanted = code_token_lines(source.data) | (also or set())
+        findings = scan_python_text(source, source.text, wanted=wanted) if wanted else []
+    else:
+        findings = scanner.scan(source)
+    if MARKER_WORD in source.data:
+        findings = acknowledge(findings, source.lines)
+    return findings, source.tree if isinstance(source.tree, ast.Module) else None
 
 
 def _rewrite_edits(source: SourceIndex, ctx: FileContext, findings: Sequence[Finding], options: Options) -> list[Edit]:
@@ -223,27 +278,27 @@ def _old_line(line_maps: Sequence[LineMap], line: int) -> int:
 
 
 def _mark(
-    text: str, path: str, options: Options, line_maps: Sequence[LineMap], scanner: FileScanner
-) -> tuple[str, list[Change], bool]:
+    text: str,
+    path: str,
+    options: Options,
+    line_maps: Sequence[LineMap],
+    findings: Sequence[Finding],
+    tree: ast.Module | None,
+) -> tuple[str, list[Change]]:
     """Add a marker for every selected finding still in `text` that has none.
 
-    Also says whether the returned text is known to parse: the rescan parsed it, and a
-    marker goes only at the end of a line that does not continue (no backslash, no string
-    running on), where a comment cannot change what the code means.
+    A marker goes at the end of the finding's line, unless that line continues (a
+    backslash, or a string running on), where a comment would change the code.
     """
-    try:
-        tree = _parse(text, path)
-        findings = _scan(text, path, tree, scanner)
-    except (SyntaxError, ValueError, ScanSkipped) as exc:  # the rewrite broke the file; the caller's parse reports it
-        log.debug("%s: rescan failed: %s", path, exc)
-        return text, [], False
     pending: dict[int, list[Finding]] = {}
     for finding in findings:
         if finding.acknowledged or not options.selects(finding.rule_id):
             continue
         pending.setdefault(finding.location.line, []).append(finding)
     if not pending:
-        return text, [], True
+        return text, []
+    if tree is None:
+        tree = partial_tree(text, path, set(pending))
     lines = text.splitlines(keepends=True)
     index = SourceIndex.from_tree(text, tree)
     texts = marker_texts()
@@ -275,7 +330,7 @@ def _mark(
         for finding in group:
             action = NOT_REWRITTEN if finding.autofix else MARKED
             changes.append(Change(path, original_line, action, finding.rule_id, finding.symbol, content.strip(), new_content.strip()))
-    return "".join(lines), changes, True
+    return "".join(lines), changes
 
 
 # --------------------------------------------------------------------------- many files
@@ -311,14 +366,18 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
             try:
                 bom = data.startswith(b"\xef\xbb\xbf")
                 text = data.decode("utf-8-sig" if bom else "utf-8")
-                tree = _parse(text, candidate.display)
-            except (UnicodeDecodeError, SyntaxError, ValueError, MemoryError, RecursionError):
+                findings, tree = _scan(text, candidate.display, scanner)
+            except (UnicodeDecodeError, ScanSkipped, ValueError, MemoryError, RecursionError):
                 pass  # let inventory say what is wrong with it
             else:
-                findings = _scan(text, candidate.display, tree, scanner)
                 if not any(options.selects(f.rule_id) and not f.acknowledged for f in findings):
                     return None
-                migration = migrate_source(text, candidate.display, findings=findings, tree=tree, options=options, scanner=scanner)
+                migration = migrate_source(
+                    text, candidate.display, findings=findings, tree=tree, options=options, scanner=scanner,
+                    whole_file=options.whole_file,
+                )
+                if migration.error is not None and migration.error.startswith("does not parse"):
+                    return SkippedFile(candidate.display, migration.error)
                 migration.bom = bom
                 migration.disk_path = candidate.path
                 return migration

@@ -280,23 +280,22 @@ def scan_python_text(
     """Findings for one piece of Python source (a file, or a notebook cell).
 
     With `wanted` (lines holding CUDA tokens) only the statements that cover them are
-    parsed and walked (a caller that already parsed the file, such as migrate, passes its tree as
-    `source.tree`). `aliases` carries import bindings between notebook cells, which
+    parsed and walked; the parse is left in `source.tree` (partial: other statements are
+    blanked, positions kept). `aliases` carries import bindings between notebook cells, which
     share one namespace; it is updated with this text's imports.
     """
     lines = chunks.split_lines(text)
     ctx = PyContext(source, lines, cell)
     if aliases is not None:
         ctx.aliases = aliases
-    if cell is None and isinstance(source.tree, ast.Module):
-        partial = source.tree, _alias_lines(ctx, source.tree, text) if wanted is not None else set()
-    else:
-        partial = _parse_needed(ctx, text, lines, wanted) if wanted is not None and cell is None else None
+    partial = _parse_needed(ctx, text, lines, wanted) if wanted is not None and cell is None else None
     if partial is not None:
         tree, extra = partial
     else:
         tree = _parse(text, source.display, cell)
         extra = _alias_lines(ctx, tree, text) if wanted is not None else set()
+    if cell is None:
+        source.tree = tree  # for callers that rewrite what was found (migrate); may be partial
     walk(ctx, tree, sorted(wanted | extra) if wanted is not None else None)
     return ctx.findings
 

@@ -104,7 +104,9 @@ def unused_import_edits(before: str, after_text: str, path: str = "<source>") ->
     if _CUDA_IMPORT_LINE.search(after_text) is None:
         return []
     lines = {after_text.count("\n", 0, m.start()) + 1 for m in _CUDA_IMPORT_LINE.finditer(after_text)}
-    after = SourceIndex.parse(after_text, path)
+    from accelport.migrate.engine import partial_tree
+
+    after = SourceIndex.from_tree(after_text, partial_tree(after_text, path, lines))
     edits = []
     for node in iter_statements(after.tree):
         if not isinstance(node, ast.Import | ast.ImportFrom) or node.lineno not in lines:
