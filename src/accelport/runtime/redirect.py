@@ -41,7 +41,7 @@ _RULES = {
     "Tensor.cuda": "AP1004",
     "Module.cuda": "AP1004",
     "Tensor.is_cuda": "AP1005",
-    "device argument": "AP1001",
+    "\"cuda\" device argument": "AP1001",
     "torch.load(map_location)": "AP1001",
     "torch.amp.autocast": "AP1201",
     "torch.amp.GradScaler": "AP1202",
@@ -266,14 +266,14 @@ class Shim:
     def _install_device_arguments(self) -> None:
         torch = self.torch
         # Methods: position 0 is the tensor or module itself.
-        self.translate_arguments(torch.Tensor, "to", "device argument", (1,), ("device",))
-        self.translate_arguments(torch.nn.Module, "to", "device argument", (1,), ("device",))
+        self.translate_arguments(torch.Tensor, "to", "\"cuda\" device argument", (1,), ("device",))
+        self.translate_arguments(torch.nn.Module, "to", "\"cuda\" device argument", (1,), ("device",))
         self.translate_arguments(torch, "load", "torch.load(map_location)", (1,), ("map_location",))
         for name in _FACTORIES:
             if hasattr(torch, name):
-                self.translate_arguments(torch, name, "device argument", (), ("device",))
+                self.translate_arguments(torch, name, "\"cuda\" device argument", (), ("device",))
         for name in ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"):
-            self.translate_arguments(torch.Tensor, name, "device argument", (), ("device",))
+            self.translate_arguments(torch.Tensor, name, "\"cuda\" device argument", (), ("device",))
 
     def _install_amp(self) -> None:
         """autocast("cuda") and GradScaler("cuda") started by the program use the target's device type.
