@@ -25,8 +25,22 @@ COMPAT_MODULE = "accelport.compat"
 _SPACES = re.compile(r"\s+")
 
 
-def canonical_device(torch: str) -> str:
-    return f'{torch}.accelerator.current_accelerator() or {torch}.device("cpu")'
+def canonical_device(torch: str, quote: str = '"') -> str:
+    return f"{torch}.accelerator.current_accelerator() or {torch}.device({quote}cpu{quote})"
+
+
+_SHORT_STRING = re.compile(r"""(?<![\w'"])(?:'[^'"\\\n]{0,40}'|"[^'"\\\n]{0,40}")""")
+
+
+def usual_quote(text: str) -> str:
+    """The quote the file mostly writes short strings with (double when it is a tie)."""
+    singles = doubles = 0
+    for match in _SHORT_STRING.finditer(text, 0, 50_000):
+        if match.group()[0] == "'":
+            singles += 1
+        else:
+            doubles += 1
+    return "'" if singles > doubles else '"'
 
 
 def _normal(text: str) -> str:
@@ -64,6 +78,7 @@ class FileContext:
 
     def __post_init__(self) -> None:
         self.layout = detect_layout(self.source)
+        self.source.quote = usual_quote(self.source.text)
         for node in iter_statements(self.source.tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -224,7 +239,7 @@ class FileContext:
             adapter = self._adapter_block()
             if adapter:
                 blocks.append(adapter)
-            blocks.append(f"{self.device_name} = {canonical_device(self.torch)}")
+            blocks.append(f"{self.device_name} = {canonical_device(self.torch, self.source.quote)}")
         if not imports and not blocks:
             return []
         lines: list[str] = []

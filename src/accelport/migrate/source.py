@@ -124,10 +124,10 @@ class Site:
 
     @property
     def quote(self) -> str:
-        """The quote character new string literals must use here (not the enclosing f-string's)."""
+        """The quote new string literals use here: the file's usual one, never the enclosing f-string's."""
         fstring = self.in_fstring
         if fstring is None:
-            return '"'
+            return self.source.quote
         opener = self.source.text_of(fstring).lstrip("rRbBfFuU")[:1]
         return "'" if opener == '"' else '"'
 
@@ -142,6 +142,7 @@ class SourceIndex:
     text: str
     tree: ast.Module
     line_starts: list[int] = field(default_factory=list)
+    quote: str = '"'  # the file's usual string quote (FileContext sets it)
     parents: dict[int, ast.AST] = field(default_factory=dict)
 
     @classmethod

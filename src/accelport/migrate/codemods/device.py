@@ -58,6 +58,8 @@ def _device_argument(site: Site, ctx: FileContext) -> str | None:
         qualname = ctx.qualname(parent.func)
         if qualname in _TYPE_FIRST_ARG:
             return "type"
+        if qualname == "torch.device" and (len(parent.args) > 1 or parent.keywords):
+            return "type"  # torch.device("cuda", index)
         if isinstance(parent.func, ast.Attribute) and qualname is None and parent.func.attr in ("to", "to_empty"):
             return "device"
         if qualname in ("torch.device", "torch.load", "torch.Stream", "torch.Event", "torch.get_device_module", "torch.set_default_device"):

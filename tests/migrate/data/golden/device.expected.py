@@ -37,7 +37,8 @@ def per_rank(local_rank):
     state = torch.load(CHECKPOINT, map_location={"cuda:0": device.type})
     rank_device = f"{device.type}:%d" % local_rank
     other_device = "{}:{}".format(device.type, local_rank)
-    return device, model, state, rank_device, other_device
+    indexed = torch.device(device.type, local_rank)
+    return device, model, state, rank_device, other_device, indexed
 
 
 def checks(x, device):

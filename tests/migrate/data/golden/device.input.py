@@ -35,7 +35,8 @@ def per_rank(local_rank):
     state = torch.load(CHECKPOINT, map_location={"cuda:0": "cuda"})
     rank_device = "cuda:%d" % local_rank
     other_device = "cuda:{}".format(local_rank)
-    return device, model, state, rank_device, other_device
+    indexed = torch.device("cuda", local_rank)
+    return device, model, state, rank_device, other_device, indexed
 
 
 def checks(x, device):
