@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import difflib
 import io
+import json
 import re
 import tokenize
 from pathlib import Path
@@ -201,3 +202,19 @@ def test_random_programs_parse_are_idempotent_and_keep_other_lines(statements):
     for line in source.splitlines():
         if "cuda" not in line.lower() and "nccl" not in line:
             assert line in migrated
+
+
+def test_notebooks_and_stubs_with_findings_are_reported_not_rewritten(tmp_path):
+    notebook = tmp_path / "explore.ipynb"
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+            "source": ["import torch\n", "x = torch.zeros(2).cuda()\n"]}
+    notebook.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    stub = tmp_path / "api.pyi"
+    stub.write_text("import torch\ndef f(x: torch.cuda.FloatTensor) -> None: ...\n")
+    before = notebook.read_bytes(), stub.read_bytes()
+    result = migrate([str(tmp_path)], jobs=1)
+    reasons = {Path(s.path).name: s.reason for s in result.skipped}
+    assert reasons["explore.ipynb"].startswith("notebooks are not rewritten")
+    assert reasons["api.pyi"].startswith("type stubs are not rewritten")
+    write_files(result.files)
+    assert (notebook.read_bytes(), stub.read_bytes()) == before

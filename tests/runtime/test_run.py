@@ -101,3 +101,12 @@ def test_no_command_or_missing_command_is_a_usage_error(cli, tmp_path):
     assert cli("run").code == 2
     missing = cli("run", "--inventory", "-", "--", str(tmp_path / "no-such-program"))
     assert missing.code == 2 and "command not found" in missing.err
+
+
+@pytest.mark.slow
+def test_a_device_this_machine_lacks_stops_the_program_with_one_line(tmp_path):
+    done = run("-m", "accelport", "run", "--device", "npu", "--inventory", "-", "--", sys.executable, "-c", "import torch; print('ran')", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "ran" not in done.stdout
+    assert "accelport run: --device npu: no such accelerator here (current accelerator: none)" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -386,13 +386,13 @@ def _choose_target(torch: Any, requested: str | None) -> Any:
     current = torch.accelerator.current_accelerator()
     if not requested:
         return current or torch.device("cpu")
-    wanted = torch.device(requested)
-    if wanted.type != "cpu" and (current is None or current.type != wanted.type):
+    kind = requested.split(":")[0]
+    if kind != "cpu" and (current is None or current.type != kind):
         have = current.type if current is not None else "none"
         sys.stderr.write(f"accelport run: --device {requested}: no such accelerator here (current accelerator: {have}); "
                          "run on a machine that has it, or pass --device cpu\n")
         raise SystemExit(2)
-    return wanted
+    return torch.device(requested)
 
 
 def activate(device: str | None = None, record_dir: str | None = None, quiet: bool | None = None) -> Shim:
