@@ -198,7 +198,9 @@ def _internal_error(result: FileMigration, what: str) -> FileMigration:
 
 def _parse(text: str, path: str) -> ast.Module:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SyntaxWarning)  # invalid escapes are the user's business
+        # Invalid escapes are the user's business (Python 3.11 warns with DeprecationWarning, 3.12 SyntaxWarning).
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
         return ast.parse(text, filename=path)
 
 
