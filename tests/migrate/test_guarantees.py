@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from accelport.errors import UserError
 from accelport.inventory import scan
 from accelport.inventory.python.markers import marked_rules
 from accelport.migrate import migrate, migrate_source
@@ -218,3 +219,22 @@ def test_notebooks_and_stubs_with_findings_are_reported_not_rewritten(tmp_path):
     assert reasons["api.pyi"].startswith("type stubs are not rewritten")
     write_files(result.files)
     assert (notebook.read_bytes(), stub.read_bytes()) == before
+
+
+def test_write_follows_symlinks_and_refuses_files_changed_meanwhile(tmp_path):
+    real = tmp_path / "real.py"
+    real.write_text("import torch\ntorch.cuda.synchronize()\n")
+    link = tmp_path / "link" / "linked.py"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    result = migrate([str(link)], jobs=1)
+    write_files(result.files)
+    assert link.is_symlink() and "torch.accelerator.synchronize()" in real.read_text()
+
+    other = tmp_path / "other.py"
+    other.write_text("import torch\ntorch.cuda.empty_cache()\n")
+    pending = migrate([str(other)], jobs=1)
+    other.write_text("import torch\ntorch.cuda.empty_cache()\nprint('edited meanwhile')\n")
+    with pytest.raises(UserError, match="changed on disk since it was read"):
+        write_files(pending.files)
+    assert other.read_text().endswith("print('edited meanwhile')\n")

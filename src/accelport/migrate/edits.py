@@ -68,6 +68,12 @@ def expression(node_text: str) -> cst.BaseExpression:
     return node.with_changes(lpar=node.lpar[1:], rpar=node.rpar[:-1])
 
 
+@lru_cache(maxsize=4096)
+def parse_module(text: str) -> cst.Module:
+    """libcst's module parse, cached like `parse_expression` (statements repeat across a tree)."""
+    return cst.parse_module(text)
+
+
 def code(node: cst.CSTNode) -> str:
     return _EMPTY.code_for_node(node)
 
@@ -97,14 +103,14 @@ def _produce_statement(edit: Edit, fragment: str, layout: Layout) -> str:
     if edit.indent:
         # Keep the statement at its own indentation: parse it as the body of a dummy block.
         header = "if True:" + layout.newline
-        module = cst.parse_module(header + fragment)
+        module = parse_module(header + fragment)
         wrapper = module.body[0]
         if not isinstance(wrapper, cst.If) or not isinstance(wrapper.body, cst.IndentedBlock):
             raise EditFailed("statement fragment did not parse as one statement")
         block = wrapper.body
         statements = block.body
     else:
-        module = cst.parse_module(fragment)
+        module = parse_module(fragment)
         statements = module.body
         block = wrapper = None
     if len(statements) != 1 or not isinstance(statements[0], cst.SimpleStatementLine):

@@ -44,22 +44,30 @@ def uncommitted(paths: Sequence[str]) -> list[str]:
     return sorted(dirty)
 
 
+def _encoded(migration: FileMigration, text: str) -> bytes:
+    data = text.encode("utf-8", "surrogatepass")
+    return b"\xef\xbb\xbf" + data if migration.bom else data
+
+
 def write_files(files: Sequence[FileMigration]) -> list[str]:
     """Write every changed file: all new contents go to temporary files first, then each is
-    renamed over its original. A failure before the renames leaves every original untouched."""
+    renamed over its original. A failure before the renames leaves every original untouched.
+
+    A symbolic link is followed (the file it points at is rewritten, the link stays), and a
+    file that changed on disk since it was read is not overwritten: UserError, nothing written.
+    """
     staged: list[tuple[str, str]] = []
     try:
         for migration in files:
             if not migration.changed or migration.disk_path is None:
                 continue
-            target = Path(migration.disk_path)
-            data = migration.migrated.encode("utf-8", "surrogatepass")
-            if migration.bom:
-                data = b"\xef\xbb\xbf" + data
+            target = Path(migration.disk_path).resolve()
+            if target.read_bytes() != _encoded(migration, migration.original):
+                raise UserError(f"{migration.path}: changed on disk since it was read; run migrate again")
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".accelport.tmp", dir=target.parent)
             staged.append((tmp, str(target)))
             with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
+                handle.write(_encoded(migration, migration.migrated))
                 handle.flush()
                 os.fsync(handle.fileno())
             os.chmod(tmp, target.stat().st_mode & 0o7777)
