@@ -181,6 +181,7 @@ class Finding:
                 self.replacement,
                 self.snippet,
                 self.autofix,
+                self.acknowledged,
             ),
         )
 
