@@ -89,6 +89,13 @@ def test_write_refuses_uncommitted_changes_unless_forced(cli, repo, tmp_path):
     assert "# work in progress" in train.read_text() and ".to(device)" in train.read_text()
 
 
+def test_write_refuses_a_dirty_tree_even_where_it_writes_nothing(cli, repo):
+    (repo / "README.md").write_text("edited\n")
+    refused = cli("migrate", repo, "--write", "--changes", "-")
+    assert refused.code == 2 and "README.md: has uncommitted changes" in refused.err
+    assert "DEVICE" not in (repo / "train.py").read_text()
+
+
 def test_write_outside_git_needs_force(cli, app):
     refused = cli("migrate", app, "--write", "--changes", "-")
     assert refused.code == 2 and "not in a git work tree" in refused.err

@@ -9,7 +9,7 @@ modes:
   --diff   (default) print a unified diff; nothing is written
   --check  print what would change; exit 1 if anything would (CI, pre-commit)
   --write  edit the files atomically and write the change list (JSON and Markdown);
-           refuses files with uncommitted changes, or outside git, unless --force
+           refuses a dirty git tree under PATH (or files outside git) unless --force
 
 exit codes:
   0  done (--check: nothing to change)
@@ -87,7 +87,7 @@ def _write(args: argparse.Namespace, result, render_json, render_markdown) -> No
 
     targets = [f.disk_path for f in result.changed_files if f.disk_path]
     if targets and not args.force:
-        dirty = uncommitted(targets)
+        dirty = uncommitted(args.paths, targets)
         if dirty:
             more = f" (and {len(dirty) - 1} more)" if len(dirty) > 1 else ""
             raise UserError(

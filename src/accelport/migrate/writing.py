@@ -13,34 +13,43 @@ from accelport.errors import UserError
 from accelport.migrate.model import FileMigration
 
 
-def uncommitted(paths: Sequence[str]) -> list[str]:
-    """Files among `paths` with changes git does not have (modified, staged or untracked).
+def _git_root(path: str) -> str:
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    try:
+        found = subprocess.run(["git", "-C", folder, "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise UserError(f"{path}: git is not installed, so uncommitted work cannot be protected; pass --force") from None
+    if found.returncode != 0:
+        raise UserError(f"{path}: not in a git work tree, so the rewrite could not be undone; commit it to git first or pass --force")
+    return found.stdout.strip()
 
-    Raises UserError when a path is not inside a git work tree: then nothing could undo the write.
+
+def _status(root: str, paths: Sequence[str], untracked: bool) -> list[str]:
+    mode = "--untracked-files=all" if untracked else "--untracked-files=no"
+    status = subprocess.run(
+        ["git", "-C", root, "status", "--porcelain", mode, "--", *paths], capture_output=True, text=True, check=False
+    )
+    return [os.path.join(root, line[3:].strip().strip('"')) for line in status.stdout.splitlines() if line.strip()]
+
+
+def uncommitted(roots: Sequence[str], targets: Sequence[str]) -> list[str]:
+    """What stands between a write and an easy `git diff` / `git checkout` of it.
+
+    Tracked files under `roots` (the paths given to migrate) with uncommitted changes, and
+    files to be written (`targets`) that git does not track. Raises UserError when a path is
+    not inside a git work tree: then nothing could undo the write.
     """
-    by_root: dict[str, list[str]] = {}
-    for path in paths:
-        folder = os.path.dirname(os.path.abspath(path))
-        try:
-            root = subprocess.run(
-                ["git", "-C", folder, "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
-            )
-        except FileNotFoundError:
-            raise UserError(f"{path}: git is not installed, so uncommitted work cannot be protected; pass --force") from None
-        if root.returncode != 0:
-            raise UserError(
-                f"{path}: not in a git work tree, so the rewrite could not be undone; commit it to git first or pass --force"
-            )
-        by_root.setdefault(root.stdout.strip(), []).append(os.path.abspath(path))
-    dirty = []
-    for root, files in by_root.items():
-        status = subprocess.run(
-            ["git", "-C", root, "status", "--porcelain", "--untracked-files=all", "--", *files],
-            capture_output=True, text=True, check=False,
-        )
-        for line in status.stdout.splitlines():
-            if line.strip():
-                dirty.append(os.path.join(root, line[3:].strip().strip('"')))
+    dirty: set[str] = set()
+    by_root: dict[str, tuple[list[str], list[str]]] = {}
+    for path in roots:
+        by_root.setdefault(_git_root(path), ([], []))[0].append(os.path.abspath(path))
+    for path in targets:
+        by_root.setdefault(_git_root(path), ([], []))[1].append(os.path.abspath(path))
+    for root, (tree_paths, files) in by_root.items():
+        if tree_paths:
+            dirty.update(_status(root, tree_paths, untracked=False))
+        if files:
+            dirty.update(_status(root, files, untracked=True))
     return sorted(dirty)
 
 
