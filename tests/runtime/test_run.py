@@ -25,6 +25,7 @@ PROGRAM = textwrap.dedent(
     loaded = torch.load(path, map_location="cuda")
     moved = [torch.ones(2, dtype=torch.float64).cuda() for _ in range(3)]
     made = torch.zeros(2, device="cuda:0")
+    ranked = torch.nn.Linear(2, 2).to(0)
     with torch.cuda.amp.autocast(dtype=torch.bfloat16):
         product = torch.ones(4, 4) @ torch.ones(4, 4)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -36,6 +37,7 @@ PROGRAM = textwrap.dedent(
         "loaded": [str(loaded.dtype), str(loaded.device)],
         "moved": [str(moved[0].dtype), str(moved[0].device)],
         "made": str(made.device),
+        "ranked": str(ranked.weight.device),
         "autocast_dtype": str(product.dtype),
         "elapsed_ms_is_float": isinstance(start.elapsed_time(end), float),
         "files": sorted(os.listdir(sys.argv[1])),
@@ -65,6 +67,7 @@ def test_redirects_without_touching_jit_dtypes_or_paths(tmp_path):
         "loaded": ["torch.float64", "cpu"],
         "moved": ["torch.float64", "cpu"],
         "made": "cpu",
+        "ranked": "cpu",  # model.to(rank): an index means a CUDA device
         "autocast_dtype": "torch.bfloat16",  # the dtype the program asked for
         "elapsed_ms_is_float": True,
         "files": ["cuda_resnet50.pt"],  # the path was not rewritten
@@ -78,7 +81,7 @@ def test_redirects_without_touching_jit_dtypes_or_paths(tmp_path):
     apis = {a["api"]: a for a in inventory["apis"]}
     assert apis["Tensor.cuda"]["calls"] == 3 and apis["Tensor.cuda"]["rule_id"] == "AP1004"
     assert apis["torch.cuda.Event"]["rule_id"] == "AP1105"
-    assert apis["torch.amp.autocast"]["sites"] == [{"path": "program.py", "line": 14, "calls": 1}]
+    assert apis["torch.amp.autocast"]["sites"] == [{"path": "program.py", "line": 15, "calls": 1}]
     assert inventory["processes"] == 1 and inventory["exit_code"] == 0
 
 

@@ -123,9 +123,12 @@ class Shim:
             return self.torch.device("cpu")
         return self.torch.device(self.target.type, index if index is not None else self.target.index)
 
-    def translate(self, value: Any) -> tuple[Any, bool]:
-        """A CUDA device (string or torch.device) as the target device; anything else unchanged."""
+    def translate(self, value: Any, index_is_device: bool = False) -> tuple[Any, bool]:
+        """A CUDA device (string or torch.device, or an index where one means a device) as the
+        target device; anything else unchanged."""
         torch = self.torch
+        if index_is_device and isinstance(value, int) and not isinstance(value, bool):
+            return self.device(value), True  # model.to(rank): a CUDA device index
         if isinstance(value, str):
             kind, _, index = value.partition(":")
             if kind == "cuda" and (not index or index.isdigit()):
@@ -151,7 +154,9 @@ class Shim:
 
         setattr(owner, name, redirected)
 
-    def translate_arguments(self, owner: Any, name: str, api: str, positions: tuple[int, ...], keywords: tuple[str, ...]) -> None:
+    def translate_arguments(
+        self, owner: Any, name: str, api: str, positions: tuple[int, ...], keywords: tuple[str, ...], index_is_device: bool = False
+    ) -> None:
         """owner.name: CUDA devices among these arguments become the target device."""
         if self.identity:
             return
@@ -167,7 +172,7 @@ class Shim:
                 args = list(args)
                 for position in positions:
                     if position < len(args):
-                        args[position], hit = shim.translate(args[position])
+                        args[position], hit = shim.translate(args[position], index_is_device)
                         changed |= hit
             for keyword in keywords:
                 if keyword in kwargs:
@@ -266,8 +271,8 @@ class Shim:
     def _install_device_arguments(self) -> None:
         torch = self.torch
         # Methods: position 0 is the tensor or module itself.
-        self.translate_arguments(torch.Tensor, "to", "\"cuda\" device argument", (1,), ("device",))
-        self.translate_arguments(torch.nn.Module, "to", "\"cuda\" device argument", (1,), ("device",))
+        self.translate_arguments(torch.Tensor, "to", "\"cuda\" device argument", (1,), ("device",), index_is_device=True)
+        self.translate_arguments(torch.nn.Module, "to", "\"cuda\" device argument", (1,), ("device",), index_is_device=True)
         self.translate_arguments(torch, "load", "torch.load(map_location)", (1,), ("map_location",))
         for name in _FACTORIES:
             if hasattr(torch, name):
