@@ -3,6 +3,13 @@
 The implementation lives in `accelport.runtime.compat`; see its docstring and docs/migrate.md.
 """
 
-from accelport.runtime.compat import CpuEvent, Event, device, is_bf16_supported, visible_devices_var
+from accelport.runtime.compat import (
+    CpuEvent,
+    Event,
+    backfill,
+    device,
+    is_bf16_supported,
+    visible_devices_var,
+)
 
-__all__ = ["CpuEvent", "Event", "device", "is_bf16_supported", "visible_devices_var"]
+__all__ = ["CpuEvent", "Event", "backfill", "device", "is_bf16_supported", "visible_devices_var"]

@@ -64,4 +64,26 @@ def test_compat_is_importable_as_documented():
     import accelport.runtime.compat as implementation
 
     assert compat.Event is implementation.Event
-    assert set(compat.__all__) == {"CpuEvent", "Event", "device", "is_bf16_supported", "visible_devices_var"}
+    assert set(compat.__all__) == {"CpuEvent", "Event", "backfill", "device", "is_bf16_supported", "visible_devices_var"}
+
+
+def test_backfill_does_nothing_on_a_torch_that_has_the_apis():
+    assert compat.backfill() == []
+
+
+def test_accelerator_backfill_behaves_like_torch_accelerator_without_an_accelerator():
+    from accelport.runtime.compat import accelerator_backfill
+
+    stand_in = accelerator_backfill(torch)
+    assert stand_in.is_available() is torch.accelerator.is_available() is False
+    assert stand_in.current_accelerator() is torch.accelerator.current_accelerator() is None
+    assert stand_in.device_count() == torch.accelerator.device_count() == 0
+    for name in ("synchronize", "memory_allocated", "set_device_index", "get_memory_info"):
+        with pytest.raises(RuntimeError, match="none is available"):
+            getattr(torch.accelerator, name)() if name != "set_device_index" else torch.accelerator.set_device_index(0)
+        with pytest.raises(RuntimeError, match="none is available"):
+            getattr(stand_in, name)() if name != "set_device_index" else stand_in.set_device_index(0)
+    with stand_in.device_index(None):
+        pass
+    # Migrated code's device line works on it as on torch 2.13.
+    assert (stand_in.current_accelerator() or torch.device("cpu")) == torch.device("cpu")

@@ -9,6 +9,10 @@ torch.Stream, torch.get_device_module). These four fill the gaps, and each behav
 - `is_bf16_supported(device)`: bfloat16 support without the torch.cuda-only function.
 - `Event(device, enable_timing=...)`: a torch.Event on accelerators; on the CPU, where
   torch.Event cannot even be recorded, an event that times with `time.perf_counter`.
+
+And for a torch older than the APIs migrate writes: `backfill()` gives torch < 2.6 a
+`torch.accelerator` (and `torch.distributed.get_default_backend_for_device`) built on
+the device's own module; call it once before the migrated modules are imported.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["CpuEvent", "Event", "device", "is_bf16_supported", "visible_devices_var"]
+__all__ = ["CpuEvent", "Event", "backfill", "device", "is_bf16_supported", "visible_devices_var"]
 
 
 def device() -> Any:
@@ -113,3 +117,77 @@ def Event(device: Any = None, *, enable_timing: bool = False, blocking: bool = F
     if target.type == "cpu":
         return CpuEvent(enable_timing=enable_timing)
     return torch.Event(target, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+
+
+# The device types an older torch may have, most specific first; the first available one is used.
+_LEGACY_DEVICES = ("cuda", "xpu", "npu", "mlu", "musa", "mps")
+_ACCELERATOR_FUNCTIONS = (
+    "device_count", "current_device_index", "set_device_index", "synchronize", "current_stream", "set_stream",
+    "empty_cache", "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "memory_stats", "reset_peak_memory_stats", "get_memory_info",
+)
+# torch.accelerator name -> the device module's name for it.
+_MODULE_NAMES = {"current_device_index": "current_device", "set_device_index": "set_device", "get_memory_info": "mem_get_info"}
+
+
+def accelerator_backfill(torch: Any) -> Any:
+    """A stand-in for `torch.accelerator` on a torch that lacks it, with torch 2.13's behaviour:
+    without an accelerator `is_available()` is False, `current_accelerator()` None, `device_count()`
+    0, and the other functions raise RuntimeError."""
+    import types
+
+    kind = next((k for k in _LEGACY_DEVICES if getattr(getattr(torch, k, None), "is_available", lambda: False)()), None)
+    module = getattr(torch, kind) if kind else None
+    namespace = types.ModuleType("torch.accelerator")
+    namespace.is_available = lambda: kind is not None
+    namespace.current_accelerator = lambda check_available=False: torch.device(kind) if kind else None
+
+    def through_module(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if module is None:
+                raise RuntimeError("Cannot access accelerator device when none is available.")
+            return getattr(module, _MODULE_NAMES.get(name, name))(*args, **kwargs)
+
+        call.__name__ = name
+        return call
+
+    for name in _ACCELERATOR_FUNCTIONS:
+        setattr(namespace, name, through_module(name))
+    namespace.device_count = lambda: module.device_count() if module is not None else 0
+
+    class device_index:
+        def __init__(self, index: int | None) -> None:
+            self.index, self.previous = index, None
+
+        def __enter__(self) -> None:
+            if self.index is not None:
+                self.previous = namespace.current_device_index()
+                namespace.set_device_index(self.index)
+
+        def __exit__(self, *exc: Any) -> None:
+            if self.previous is not None:
+                namespace.set_device_index(self.previous)
+
+    namespace.device_index = device_index
+    return namespace
+
+
+def backfill() -> list[str]:
+    """Give an older torch the APIs migrated code calls; returns what was added (nothing on torch >= 2.6)."""
+    import torch
+
+    added = []
+    if not hasattr(torch, "accelerator"):
+        torch.accelerator = accelerator_backfill(torch)
+        added.append("torch.accelerator")
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and not hasattr(dist, "get_default_backend_for_device"):
+        from accelport import knowledge
+
+        def get_default_backend_for_device(device: Any) -> str:
+            vendor = knowledge.vendor_for_device(_device_type(device))
+            return vendor.distributed_backend if vendor is not None else "gloo"
+
+        dist.get_default_backend_for_device = get_default_backend_for_device
+        added.append("torch.distributed.get_default_backend_for_device")
+    return added
