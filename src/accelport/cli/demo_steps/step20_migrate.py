@@ -37,6 +37,12 @@ def _falls(losses: list[float]) -> bool:
     return len(losses) >= 2 and losses[-1] < losses[0]
 
 
+def _start(command: list[str], cwd: Path, errors: Path) -> subprocess.Popen:
+    """Start a command; its stderr goes to a file (two pipes read one after the other could stall)."""
+    with errors.open("w") as handle:
+        return subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=handle)
+
+
 def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
@@ -56,26 +62,30 @@ def run(ctx) -> bool:
     ctx.say(f"change list: {ctx.workdir / 'migrate-changes.md'}; migrated copy: {migrated}")
     ok = not result.failed_files and not result.skipped
 
-    log = ctx.workdir / "migrated-loss.csv"
-    log.unlink(missing_ok=True)
-    trained = subprocess.run([sys.executable, "train.py", *STEPS, "--log", str(log)], cwd=migrated, capture_output=True, text=True)
-    losses = _losses(log)
+    # The migrated copy trains, and the unmodified original runs under `accelport run`, side by side.
+    migrated_log = ctx.workdir / "migrated-loss.csv"
+    original = _copy(ctx.app, ctx.workdir / "original_app")
+    original_log = ctx.workdir / "original-under-run-loss.csv"
+    inventory = ctx.workdir / "run-inventory.json"
+    for log in (migrated_log, original_log):
+        log.unlink(missing_ok=True)
+    trained_log, run_log = ctx.workdir / "migrated-train.log", ctx.workdir / "original-under-run.log"
+    trained = _start([sys.executable, "train.py", *STEPS, "--log", str(migrated_log)], migrated, trained_log)
+    under_run = _start([sys.executable, "-m", "accelport", "run", "--quiet", "--inventory", str(inventory), "--",
+                        sys.executable, "train.py", *STEPS, "--log", str(original_log)], original, run_log)
+    trained.wait()
+    under_run.wait()
+    trained_err, run_err = trained_log.read_text(), run_log.read_text()
+
+    losses = _losses(migrated_log)
     if trained.returncode != 0 or not _falls(losses):
-        ctx.say(ctx.style.red(f"the migrated copy did not train (exit {trained.returncode}):\n{_tail(trained.stderr)}"))
+        ctx.say(ctx.style.red(f"the migrated copy did not train (exit {trained.returncode}):\n{_tail(trained_err)}"))
         ok = False
     else:
         ctx.say(ctx.style.green(f"migrated copy trained on the available device: {_trend(losses)}"))
-
-    original = _copy(ctx.app, ctx.workdir / "original_app")
-    log = ctx.workdir / "original-under-run-loss.csv"
-    log.unlink(missing_ok=True)
-    inventory = ctx.workdir / "run-inventory.json"
-    command = [sys.executable, "-m", "accelport", "run", "--quiet", "--inventory", str(inventory), "--",
-               sys.executable, "train.py", *STEPS, "--log", str(log)]
-    under_run = subprocess.run(command, cwd=original, capture_output=True, text=True)
-    losses = _losses(log)
+    losses = _losses(original_log)
     if under_run.returncode != 0 or not _falls(losses):
-        ctx.say(ctx.style.red(f"the original did not train under accelport run (exit {under_run.returncode}):\n{_tail(under_run.stderr)}"))
+        ctx.say(ctx.style.red(f"the original did not train under accelport run (exit {under_run.returncode}):\n{_tail(run_err)}"))
         return False
     apis = json.loads(inventory.read_text())["apis"]
     ctx.say(ctx.style.green(f"original, unmodified, under `accelport run`: {_trend(losses)}"))
