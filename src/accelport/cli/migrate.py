@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
             respect_gitignore=not args.no_gitignore,
             on_discovered=discovered,
             on_progress=advance,
+            keep_text=args.mode != "check",
         )
     finally:
         if progress is not None:

@@ -396,12 +396,15 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
     return SkippedFile(result.display, "not UTF-8; migrate writes UTF-8 only, convert the file first")
 
 
-def _migrate_chunk(chunk: Sequence[Candidate], options: Options) -> list[FileMigration | SkippedFile | None]:
+def _migrate_chunk(chunk: Sequence[Candidate], options: Options, keep_text: bool = True) -> list:
     gc.disable()  # as in inventory: the trees here have no cycles worth collecting
     try:
-        return [migrate_candidate(c, options) for c in chunk]
+        outcomes = [migrate_candidate(c, options) for c in chunk]
     finally:
         gc.enable()
+    if keep_text:
+        return outcomes
+    return [o.without_text() if isinstance(o, FileMigration) else o for o in outcomes]
 
 
 def migrate(
@@ -414,8 +417,13 @@ def migrate(
     max_file_size: int = DEFAULT_MAX_FILE_SIZE,
     on_discovered: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    keep_text: bool = True,
 ) -> MigrationResult:
-    """Migrate every file under `paths`; nothing is written (see `write`)."""
+    """Migrate every file under `paths`; nothing is written (see `writing.write_files`).
+
+    `keep_text=False` drops each file's text from the result (`--check` needs only what
+    would change), which keeps the results shipped back from worker processes small.
+    """
     if options.target is not None:
         knowledge.vendor(options.target)
     knowledge.rules()
@@ -431,12 +439,12 @@ def migrate(
     total = sum(f.size for f in found.files)
     chunks = chunks_of_equal_bytes(found.files, 1 if jobs <= 1 or total < PARALLEL_MIN_BYTES else jobs)
     if jobs <= 1 or len(found.files) < 2 or total < PARALLEL_MIN_BYTES:
-        batches: Iterable[list] = (_migrate_chunk(chunk, options) for chunk in chunks)
+        batches: Iterable[list] = (_migrate_chunk(chunk, options, keep_text) for chunk in chunks)
         pool = None
     else:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method))
-        batches = pool.map(_migrate_chunk, chunks, [options] * len(chunks))
+        batches = pool.map(_migrate_chunk, chunks, [options] * len(chunks), [keep_text] * len(chunks))
     try:
         for batch in batches:
             for outcome in batch:

@@ -57,10 +57,17 @@ class FileMigration:
     error: str | None = None  # set when the file was left alone, with the reason
     bom: bool = False
     disk_path: str | None = None
+    would_change: bool | None = None  # kept when the texts are dropped (--check needs no text)
 
     @property
     def changed(self) -> bool:
-        return self.error is None and self.migrated != self.original
+        if self.error is not None:
+            return False
+        return self.would_change if self.would_change is not None else self.migrated != self.original
+
+    def without_text(self) -> FileMigration:
+        """The same outcome without the file's text (cheaper to ship between processes)."""
+        return FileMigration(self.path, "", "", self.changes, self.error, self.bom, self.disk_path, self.changed)
 
     def diff(self) -> str:
         if not self.changed:
