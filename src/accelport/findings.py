@@ -354,6 +354,7 @@ class Report:
             "by_route": {r.value: self.counts("route").get(r.value, 0) for r in Route},
             "by_rule": dict(sorted(self.counts("rule_id").items())),
             "autofixable": sum(1 for f in self.findings if f.autofix),
+            "acknowledged": sum(1 for f in self.findings if f.acknowledged),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -58,6 +58,8 @@ def render_table(report: Report, style: Any = None) -> str:
     out.append(f"  {summary['findings']} findings" + (f": {categories}" if categories else ""))
     levels = ", ".join(f"{level} {n}" for level, n in summary["by_effort"].items())
     out.append(f"  effort: {levels}; about {_hours(report)}; {summary['autofixable']} fixed by `accelport migrate`")
+    if summary["acknowledged"]:
+        out.append(f"  {summary['acknowledged']} marked in the source as known manual work (`# accelport: APxxxx`)")
     out.append(bold(f"  route {report.route.route.value}: {report.route.route.title}"))
     out.extend(f"    - {reason}" for reason in report.route.reasons)
     for path, findings in _by_file(report).items():
@@ -67,6 +69,8 @@ def render_table(report: Report, style: Any = None) -> str:
         out.append(bold(f"{path}") + dim(f"  ({len(findings)} findings{route})"))
         for finding in findings:
             fix = " [auto]" if finding.autofix else ""
+            if finding.acknowledged:
+                fix += " [marked]"
             line = f"  {_where(finding):>9}  {finding.rule_id}  {effort_color[finding.effort](f'{finding.effort.value:<6}')}  {finding.message}{fix}"
             out.append(line)
             if finding.snippet:
@@ -101,6 +105,7 @@ CSV_COLUMNS = (
     "effort",
     "route",
     "autofix",
+    "acknowledged",
     "message",
     "replacement",
     "snippet",
@@ -128,6 +133,7 @@ def render_csv(report: Report) -> str:
                 f.effort.value,
                 f.route.value,
                 "yes" if f.autofix else "no",
+                "yes" if f.acknowledged else "no",
                 f.message,
                 f.replacement or "",
                 f.snippet,

@@ -235,7 +235,9 @@ def _alias_lines(ctx: PyContext, tree: ast.Module, text: str) -> set[int]:
 
 def _parse(text: str, display: str, cell: int | None) -> ast.Module:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SyntaxWarning)  # invalid escapes etc. are the user's business
+        # Invalid escapes and the like are the user's business (3.11 warns with DeprecationWarning, 3.12+ SyntaxWarning).
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
         try:
             return ast.parse(text, filename=display)
         except SyntaxError as exc:
