@@ -38,8 +38,11 @@ def _hours(report: Report) -> str:
 # --------------------------------------------------------------------------- table
 
 
-def render_table(report: Report, style: Any = None) -> str:
-    """The terminal view: summary by category and route, then findings grouped by file."""
+def render_table(report: Report, style: Any = None, max_per_file: int | None = None) -> str:
+    """The terminal view: summary by category and route, then findings grouped by file.
+
+    `max_per_file` shortens each file's list (the demo); the count of the rest is shown.
+    """
     bold = style.bold if style else (lambda s: s)
     dim = style.dim if style else (lambda s: s)
     effort_color: dict[Effort, Callable[[str], str]] = {
@@ -67,7 +70,8 @@ def render_table(report: Report, style: Any = None) -> str:
         route = f", route {file_summary.route.route.value}" if file_summary else ""
         out.append("")
         out.append(bold(f"{path}") + dim(f"  ({len(findings)} findings{route})"))
-        for finding in findings:
+        shown = findings if max_per_file is None else findings[:max_per_file]
+        for finding in shown:
             fix = " [auto]" if finding.autofix else ""
             if finding.acknowledged:
                 fix += " [marked]"
@@ -77,6 +81,8 @@ def render_table(report: Report, style: Any = None) -> str:
                 out.append(dim(f"             {finding.snippet}"))
             if finding.replacement:
                 out.append(dim(f"             -> {finding.replacement}"))
+        if len(shown) < len(findings):
+            out.append(dim(f"  ... and {len(findings) - len(shown)} more"))
     if report.skipped:
         out.append("")
         out.append(bold(f"skipped ({len(report.skipped)}):"))
