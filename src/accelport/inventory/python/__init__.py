@@ -197,14 +197,18 @@ def _module_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def _alias_lines(ctx: PyContext, tree: ast.Module, text: str) -> set[int]:
-    """Lines that use a name imported from a CUDA API or package (`from torch.cuda.amp import autocast`)."""
+@knowledge.derived_cache
+def _interesting(qualname: str) -> bool:
+    """Is this import target a CUDA API, a CUDA-only package, or a call judged by name?"""
     from accelport.inventory.python.context import lookup_api, lookup_package
     from accelport.inventory.python.rules.calls import RESOLVED_CALLS
 
-    def interesting(qualname: str) -> bool:
-        return qualname in RESOLVED_CALLS or lookup_api(qualname) is not None or lookup_package(qualname) is not None
+    return qualname in RESOLVED_CALLS or lookup_api(qualname) is not None or lookup_package(qualname) is not None
 
+
+def _alias_lines(ctx: PyContext, tree: ast.Module, text: str) -> set[int]:
+    """Lines that use a name imported from a CUDA API or package (`from torch.cuda.amp import autocast`)."""
+    interesting = _interesting
     # Names bound before this text (earlier notebook cells) count as well.
     names = {name for name, qualname in ctx.aliases.items() if "." in qualname and interesting(qualname)}
     for stmt in _module_imports(tree):
