@@ -224,13 +224,17 @@ def _alias_lines(ctx: PyContext, tree: ast.Module, text: str) -> set[int]:
                 names.add(bound)
     if not names:
         return set()
-    pattern = re.compile(r"\b(?:" + "|".join(re.escape(n) for n in sorted(names)) + r")\b")
+    # Bare alternation (no leading \b) lets the regex engine skip ahead by first letter;
+    # word edges are checked by hand.
+    pattern = re.compile("|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)))
     found = set()
     line, position = 1, 0
     for match in pattern.finditer(text):
-        start = match.start()
-        if start and text[start - 1] == ".":
-            continue  # an attribute of something else (`x.autocast`), not the imported name
+        start, end = match.span()
+        if start and (text[start - 1].isalnum() or text[start - 1] in "_."):
+            continue  # inside a longer name, or an attribute of something else (`x.autocast`)
+        if end < len(text) and (text[end].isalnum() or text[end] == "_"):
+            continue
         line += text.count("\n", position, start)
         position = start
         found.add(line)
