@@ -435,6 +435,7 @@ class _Comparer:
             first = _brief(extra)
             first["cause"] = f"op ran on {'TEST' if extra['status'] == 'only_test' else 'REF'} only and changed values ({extra['reason']})"
             first["first_failing_record"] = _brief(row)
+            first["replay"] = {"status": "not replayed", "why": "the op ran on one side only"}
             self.first = first
             return
         first = _brief(row)

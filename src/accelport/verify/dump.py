@@ -846,3 +846,40 @@ def run_callable(run_dir: str | os.PathLike[str], fn: Callable[[], Any], **optio
     """Run `fn()` under a capture (convenience for scripts and tests)."""
     with capture(run_dir, **options):
         return fn()
+
+
+ENV_VAR = "ACCELPORT_DUMP"
+
+
+def bootstrap_dir() -> Path:
+    """The folder whose sitecustomize.py starts a capture in every Python process of a wrapped command."""
+    return Path(__file__).parent / "_bootstrap"
+
+
+def start_from_environment() -> Capture | None:
+    """Start the capture described by $ACCELPORT_DUMP (JSON written by `accelport dump`), closed at exit.
+
+    Each rank of a distributed run writes its own folder (rankN); a process forked from a
+    capturing one (a DataLoader worker) records nothing.
+    """
+    import atexit
+    import json
+    import signal
+
+    options = json.loads(os.environ[ENV_VAR])
+    folder = Path(options.pop("dir"))
+    if "RANK" in os.environ:
+        folder = folder / f"rank{os.environ['RANK']}"
+    if folder.exists() and any(folder.iterdir()):
+        return None  # another process of this command already owns it (a launcher, a spawned worker)
+    cap = Capture(folder, lazy=True, **options)
+    cap.start()
+    atexit.register(cap.close)
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+
+        def on_term(signum: int, frame: Any) -> None:
+            cap.close()
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, on_term)
+    return cap
