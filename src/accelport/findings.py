@@ -113,6 +113,10 @@ class Location:
     end_column: int
     cell: int | None = None
 
+    def __reduce__(self):
+        # Positional state pickles several times smaller than a slots dict: scans ship many of these.
+        return (Location, (self.path, self.line, self.column, self.end_line, self.end_column, self.cell))
+
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}:{self.column}"
         return f"{where} (cell {self.cell})" if self.cell is not None else where
@@ -157,6 +161,25 @@ class Finding:
     replacement: str | None = None
     snippet: str = ""
     autofix: bool = False
+
+    def __reduce__(self):
+        return (
+            Finding,
+            (
+                self.rule_id,
+                self.category,
+                self.family,
+                self.symbol,
+                self.message,
+                self.effort,
+                self.route,
+                self.location,
+                self.backends,
+                self.replacement,
+                self.snippet,
+                self.autofix,
+            ),
+        )
 
     def sort_key(self) -> tuple:
         loc = self.location

@@ -149,7 +149,7 @@ def make_finding(
         effort=Effort(effort) if effort else rule.effort,
         route=rule.route,
         location=location,
-        backends=dict(backends) if backends is not None else backend_statuses(),
+        backends=backends if backends is not None else backend_statuses(),
         replacement=replacement,
         snippet=snippet,
         autofix=rule.autofix if autofix is None else autofix,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from functools import cache
 
 from accelport import knowledge
 from accelport.findings import (
@@ -18,7 +17,7 @@ from accelport.findings import (
 )
 
 
-@cache
+@knowledge.derived_cache
 def _settings() -> dict:
     data = knowledge.read_toml("effort.toml")
     for _path, user in knowledge._user_data():

@@ -39,8 +39,18 @@ def user_files() -> list[Path]:
     return env + _user_files
 
 
+_derived_caches: list = []
+
+
+def derived_cache(func):
+    """`functools.cache` for values computed from knowledge; cleared when the user files change."""
+    cached = cache(func)
+    _derived_caches.append(cached)
+    return cached
+
+
 def _clear_caches() -> None:
-    for loader in (vendors, torch_api, packages, rules, _user_data):
+    for loader in (vendors, torch_api, packages, rules, _user_data, *_derived_caches):
         loader.cache_clear()
 
 

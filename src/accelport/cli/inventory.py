@@ -1,0 +1,113 @@
+"""`accelport inventory PATH...`: what in this tree depends on CUDA, of which kind, how hard it is to move, which route.
+
+Scans Python files and notebooks (and, through their scanners, C/C++/CUDA sources,
+build files, manifests and binaries), never matching comments, docstrings, paths
+or free text. Exit codes: 0 done; 1 a --fail-on threshold was reached or files
+were skipped (unless --allow-skipped); 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from accelport.cli._output import Progress, Style, emit, use_color
+from accelport.errors import UserError
+
+ORDER = 10
+FAIL_LEVELS = ("any", "low", "medium", "high")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def threshold_reached(report, level: str | None) -> bool:
+    from accelport.findings import Effort
+
+    if level is None:
+        return False
+    if level == "any":
+        return bool(report.findings)
+    minimum = Effort(level).rank
+    return any(f.effort.rank >= minimum for f in report.findings)
+
+
+def run(args: argparse.Namespace) -> int:
+    from accelport.inventory import scan
+    from accelport.inventory.render import RENDERERS, render_table
+
+    progress: Progress | None = None
+
+    def discovered(total: int) -> None:
+        nonlocal progress
+        progress = Progress(total, "scanning")
+
+    def advance(count: int) -> None:
+        if progress is not None:
+            progress.advance(count)
+
+    try:
+        report = scan(
+            args.paths,
+            target=args.target,
+            excludes=args.exclude,
+            jobs=args.jobs,
+            respect_gitignore=not args.no_gitignore,
+            max_file_size=args.max_file_size * 1024 * 1024,
+            on_discovered=discovered,
+            on_progress=advance,
+        )
+    finally:
+        if progress is not None:
+            progress.close()
+    if report.files_scanned == 0 and not report.skipped:
+        raise UserError(f"{', '.join(args.paths)}: no files accelport scans were found; check the path and --exclude")
+    if report.files_scanned == 0 and len(args.paths) == 1 and os.path.isfile(args.paths[0]):
+        raise UserError(f"{args.paths[0]}: cannot be scanned: {report.skipped[0].reason}")
+    if args.format == "table":
+        to_terminal = not args.output or args.output == "-"
+        text = render_table(report, Style(to_terminal and use_color()))
+    else:
+        text = RENDERERS[args.format](report)
+    emit(text, args.output)
+    if threshold_reached(report, args.fail_on):
+        return 1
+    if report.skipped and not args.allow_skipped:
+        return 1
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "inventory",
+        help="find every CUDA dependency in a tree, classify it, recommend a route",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to scan")
+    parser.add_argument("--format", choices=("table", "json", "sarif", "csv", "md", "html"), default="table")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+    parser.add_argument("--target", metavar="VENDOR", help="judge effort for this vendor (see `accelport backends`)")
+    parser.add_argument(
+        "--fail-on",
+        choices=FAIL_LEVELS,
+        metavar="LEVEL",
+        help="exit 1 when a finding of this effort or higher exists: any, low, medium, high",
+    )
+    parser.add_argument(
+        "--exclude", action="append", default=[], metavar="GLOB", help="gitignore-style pattern to leave out; repeatable"
+    )
+    parser.add_argument("--jobs", type=_positive_int, metavar="N", help="worker processes (default: number of cores)")
+    parser.add_argument("--no-gitignore", action="store_true", help="scan files that .gitignore excludes")
+    parser.add_argument(
+        "--max-file-size", type=_positive_int, default=8, metavar="MiB", help="skip larger files (default: %(default)s MiB)"
+    )
+    parser.add_argument("--allow-skipped", action="store_true", help="exit 0 even when some files could not be scanned")
+    parser.set_defaults(handler=run)

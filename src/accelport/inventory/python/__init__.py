@@ -1,0 +1,348 @@
+"""The Python scanner: one `ast` walk per file (and per notebook cell), rules registered by node kind."""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import json
+import re
+import warnings
+
+from accelport import knowledge
+from accelport.findings import Finding
+from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
+from accelport.inventory.python import chunks
+from accelport.inventory.python.context import PyContext
+from accelport.inventory.python.rules import FINALIZERS, REGISTRY, load
+
+load()
+
+# Cheap anchors: one pass of a short alternation over the raw bytes. Every Python
+# finding contains one of them (package names reach us through an import line).
+_ANCHORS = re.compile(
+    rb"cud|CUD|nccl|NCCL|nvtx|NVIDIA|NVTE|DataParallel|GradScaler|pin_memory|cpp_extension|ProfilerActivity|import"
+)
+_WORD = re.compile(rb"[A-Za-z0-9_]+")
+_WORD_TAIL = re.compile(rb"[A-Za-z0-9_]+\Z")
+_ENV_WORD = re.compile(
+    rb"(?:CUDA|NCCL|CUDNN|CUBLAS|CUBLASLT|CUFFT|NVIDIA|NVTE|PYTORCH_CUDA|TORCH_CUDA|TORCH_NCCL|TORCH_CUDNN)_[A-Z0-9_]+"
+)
+# Whole words that can start a finding. Others containing an anchor (cuda_graphs,
+# cuda_cluster_v2) are identifiers or path pieces no rule reports.
+_KEEP_WORDS = frozenset(
+    {
+        b"cuda",
+        b"CUDA",
+        b"cudnn",
+        b"is_cuda",
+        b"use_cuda",
+        b"nccl",
+        b"NCCL",
+        b"is_nccl_available",
+        b"nvtx",
+        b"emit_nvtx",
+        b"CUDA_HOME",
+        b"CUDAExtension",
+        b"CUDAGraph",
+        b"DataParallel",
+        b"DistributedDataParallel",
+        b"GradScaler",
+        b"pin_memory",
+        b"cpp_extension",
+        b"ProfilerActivity",
+    }
+)
+_TRIPLE = re.compile(rb'"""|\'\'\'')
+_IMPORT_LINE = re.compile(rb"[ \t]*(?:import|from)[ \t]")
+
+
+@knowledge.derived_cache
+def _package_words() -> frozenset[bytes]:
+    from accelport import knowledge
+
+    return frozenset(name.split(".")[0].encode() for name in knowledge.packages())
+
+
+def code_token_lines(data: bytes) -> set[int]:
+    """Lines where a CUDA token appears in code: outside comments and triple-quoted strings.
+
+    Conservative by construction: a token is dropped only when it is plainly in a
+    `#` comment (no quote before the `#` on its line), inside a triple-quoted
+    string, or part of a longer identifier no rule reports; the AST settles the rest.
+    """
+    triples = None
+    packages = _package_words()
+    lines: set[int] = set()
+    line = 1
+    position = 0
+    for match in _ANCHORS.finditer(data):
+        start = match.start()
+        line += data.count(b"\n", position, start)
+        position = start
+        if line in lines:
+            continue
+        line_start = data.rfind(b"\n", 0, start) + 1
+        if match.group() == b"import":
+            # Only an import statement that names a CUDA-only package (or torch.cuda) counts.
+            line_end = data.find(b"\n", start)
+            text = data[line_start : line_end if line_end >= 0 else len(data)]
+            if not _IMPORT_LINE.match(text):
+                continue
+            words = set(_WORD.findall(text))
+            if not (words & packages or words & _KEEP_WORDS):
+                continue
+        else:
+            head = _WORD_TAIL.search(data, max(line_start, start - 64), start)
+            word_start = head.start() if head else start
+            word = _WORD.match(data, word_start)
+            token = word.group() if word else b""
+            if token not in _KEEP_WORDS and not _ENV_WORD.fullmatch(token):
+                continue
+            if token in (b"cuda", b"CUDA"):
+                before = data[word_start - 1 : word_start]
+                after = data[word.end() : word.end() + 1]
+                if before == b"/" or after == b"/":
+                    continue  # a path segment: ckpt/cuda/model.pt
+        prefix = data[line_start:start]
+        hash_at = prefix.find(b"#")
+        if hash_at >= 0 and b'"' not in prefix[:hash_at] and b"'" not in prefix[:hash_at]:
+            continue  # in a comment
+        if triples is None:
+            triples = [m.start() for m in _TRIPLE.finditer(data)]
+        if triples and bisect.bisect_left(triples, start) % 2 == 1:
+            continue  # inside a docstring or other triple-quoted string
+        lines.add(line)
+    return lines
+
+
+def _spans(node: ast.stmt, wanted: list[int]) -> bool:
+    """Does the statement cover any wanted line?"""
+    start = node.lineno
+    decorators = getattr(node, "decorator_list", None)
+    if decorators:
+        start = min(start, *(d.lineno for d in decorators))  # `def` is the node's line; decorators sit above it
+    index = bisect.bisect_left(wanted, start)
+    return index < len(wanted) and wanted[index] <= (node.end_lineno or node.lineno)
+
+
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def walk(ctx: PyContext, tree: ast.AST, wanted: list[int] | None = None) -> None:
+    """Pre-order walk in source order, so imports are bound before the code that uses them.
+
+    With `wanted` (sorted line numbers holding CUDA tokens), statements that cover
+    none of them are not entered: rules only ever fire on nodes at those lines.
+    Imports are always entered, since they bind the names the rest resolves.
+    """
+    registry = REGISTRY
+    parents = ctx.parents
+    fields = _CHILD_FIELDS
+    AST = ast.AST
+    stmt = ast.stmt
+    imports = (ast.Import, ast.ImportFrom)
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        rules = registry.get(kind)
+        if rules:
+            for rule in rules:
+                rule(ctx, node)
+        names = fields.get(kind)
+        if names is None:
+            # `ctx` (Load/Store) children are never inspected; leaving them out saves a third of the walk.
+            names = fields[kind] = tuple(f for f in kind._fields if f != "ctx")
+        children = []
+        for name in names:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                items = value
+            elif isinstance(value, AST):
+                items = (value,)
+            else:
+                continue
+            for child in items:
+                if not isinstance(child, AST):
+                    continue
+                if (
+                    wanted is not None
+                    and isinstance(child, stmt)
+                    and not isinstance(child, imports)
+                    and not _spans(child, wanted)
+                ):
+                    continue
+                parents[id(child)] = node
+                children.append(child)
+        stack.extend(reversed(children))
+    for finalize in FINALIZERS:
+        finalize(ctx)
+
+
+def _module_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Imports at module level, also inside top-level if/try/with blocks (optional imports)."""
+    found = []
+    pending = list(tree.body)
+    while pending:
+        stmt = pending.pop()
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            found.append(stmt)
+        elif isinstance(stmt, ast.If | ast.Try | ast.With):
+            pending.extend(stmt.body)
+            pending.extend(getattr(stmt, "orelse", []))
+            pending.extend(getattr(stmt, "finalbody", []))
+            for handler in getattr(stmt, "handlers", []):
+                pending.extend(handler.body)
+    return found
+
+
+def _alias_lines(ctx: PyContext, tree: ast.Module, text: str) -> set[int]:
+    """Lines that use a name imported from a CUDA API or package (`from torch.cuda.amp import autocast`)."""
+    from accelport.inventory.python.context import lookup_api, lookup_package
+    from accelport.inventory.python.rules.calls import RESOLVED_CALLS
+
+    def interesting(qualname: str) -> bool:
+        return qualname in RESOLVED_CALLS or lookup_api(qualname) is not None or lookup_package(qualname) is not None
+
+    # Names bound before this text (earlier notebook cells) count as well.
+    names = {name for name, qualname in ctx.aliases.items() if "." in qualname and interesting(qualname)}
+    for stmt in _module_imports(tree):
+        for alias in stmt.names:
+            if isinstance(stmt, ast.ImportFrom):
+                if stmt.level or not stmt.module or alias.name == "*":
+                    continue
+                qualname = f"{stmt.module}.{alias.name}"
+            else:
+                qualname = alias.name
+            bound = alias.asname or (alias.name if isinstance(stmt, ast.ImportFrom) else alias.name.split(".")[0])
+            if interesting(qualname):
+                names.add(bound)
+    if not names:
+        return set()
+    pattern = re.compile(r"(?<![\w.])(?:" + "|".join(re.escape(n) for n in sorted(names)) + r")\b")
+    found = set()
+    line, position = 1, 0
+    for match in pattern.finditer(text):
+        line += text.count("\n", position, match.start())
+        position = match.start()
+        found.add(line)
+    return found
+
+
+def _parse(text: str, display: str, cell: int | None) -> ast.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)  # invalid escapes etc. are the user's business
+        try:
+            return ast.parse(text, filename=display)
+        except SyntaxError as exc:
+            where = f"cell {cell}, line {exc.lineno}" if cell is not None else f"line {exc.lineno}"
+            raise ScanSkipped(f"does not parse as Python ({where}: {exc.msg}); fix the syntax or exclude the file") from None
+        except (ValueError, MemoryError) as exc:
+            raise ScanSkipped(f"does not parse as Python ({exc})") from None
+
+
+def _parse_needed(ctx: PyContext, text: str, lines: list[str], wanted: set[int]) -> tuple[ast.Module, set[int]] | None:
+    """Parse only the top-level statements holding wanted lines, plus the imports; None to parse it all."""
+    found = chunks.select(lines, wanted, chunks.statement_starts(lines))
+    spans, keep = found
+    if all(keep):
+        return None
+    for _ in range(2):
+        try:
+            tree = _parse(chunks.blanked(lines, spans, keep), ctx.source.display, None)
+        except ScanSkipped:
+            return None  # statement starts guessed wrong: the whole file settles it
+        extra = _alias_lines(ctx, tree, text)
+        ordered = sorted(extra)
+        missing = [
+            i
+            for i, (start, end) in enumerate(spans)
+            if not keep[i] and (j := bisect.bisect_right(ordered, start)) < len(ordered) and ordered[j] <= end
+        ]
+        if not missing:
+            return tree, extra
+        for index in missing:
+            keep[index] = True
+    return None
+
+
+def scan_python_text(
+    source: SourceFile,
+    text: str,
+    cell: int | None = None,
+    wanted: set[int] | None = None,
+    aliases: dict[str, str] | None = None,
+) -> list[Finding]:
+    """Findings for one piece of Python source (a file, or a notebook cell).
+
+    With `wanted` (lines holding CUDA tokens) only the statements that cover them are
+    parsed and walked. `aliases` carries import bindings between notebook cells, which
+    share one namespace; it is updated with this text's imports.
+    """
+    lines = chunks.split_lines(text)
+    ctx = PyContext(source, lines, cell)
+    if aliases is not None:
+        ctx.aliases = aliases
+    partial = _parse_needed(ctx, text, lines, wanted) if wanted is not None and cell is None else None
+    if partial is not None:
+        tree, extra = partial
+    else:
+        tree = _parse(text, source.display, cell)
+        extra = _alias_lines(ctx, tree, text) if wanted is not None else set()
+    walk(ctx, tree, sorted(wanted | extra) if wanted is not None else None)
+    return ctx.findings
+
+
+class PythonScanner(FileScanner):
+    name = "python"
+    suffixes = (".py", ".pyi", ".pyw")
+
+    prefilter = _ANCHORS
+
+    def scan(self, source: SourceFile) -> list[Finding]:
+        wanted = code_token_lines(source.data)
+        if not wanted:
+            return []  # every CUDA token sits in a comment or docstring
+        return scan_python_text(source, source.text, wanted=wanted)
+
+
+# IPython-only lines: line magics, shell escapes, help queries (`obj?`, `?obj`).
+_MAGIC = re.compile(r"^\s*[%!?]|\?\s*$")
+
+
+class NotebookScanner(FileScanner):
+    """Jupyter notebooks, cell by cell; locations are relative to the cell (1-based cell numbers)."""
+
+    name = "notebook"
+    suffixes = (".ipynb",)
+
+    prefilter = _ANCHORS
+
+    def scan(self, source: SourceFile) -> list[Finding]:
+        try:
+            notebook = json.loads(source.text)
+        except json.JSONDecodeError as exc:
+            raise ScanSkipped(f"not a valid notebook (JSON error at line {exc.lineno}: {exc.msg})") from None
+        cells = notebook.get("cells") if isinstance(notebook, dict) else None
+        if not isinstance(cells, list):
+            raise ScanSkipped("not a valid notebook (no cells list); is it an nbformat 4 file?")
+        findings: list[Finding] = []
+        aliases: dict[str, str] = {}
+        for number, cell in enumerate(cells, 1):
+            if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+                continue
+            raw = cell.get("source", "")
+            text = "".join(raw) if isinstance(raw, list) else str(raw)
+            if text.lstrip().startswith("%%"):
+                continue  # a cell magic (%%bash, %%writefile ...): not Python
+            # IPython-only lines are not Python: blank them, keeping line numbers.
+            text = "\n".join("" if _MAGIC.search(line) else line for line in text.split("\n"))
+            wanted = code_token_lines(text.encode("utf-8", "surrogatepass"))
+            try:
+                # Every code cell is parsed, if only to bind its imports for later cells.
+                findings.extend(scan_python_text(source, text, cell=number, wanted=wanted, aliases=aliases))
+            except ScanSkipped:
+                if wanted:
+                    raise
+                # A cell with no CUDA token that is not plain Python (IPython syntax) holds nothing to report.
+        return findings

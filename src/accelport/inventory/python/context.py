@@ -1,0 +1,208 @@
+"""Per-file state of the Python scan: import aliases, name resolution, and how findings are recorded."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from accelport import knowledge
+from accelport.findings import BackendStatus, Finding, Location
+from accelport.inventory.base import SourceFile, backend_statuses, make_finding
+
+# The exact device strings accelport treats as CUDA devices.
+DEVICE_RE = re.compile(r"cuda(:\d+)?")
+# Names that hold a device (variables, attributes, parameters, dict keys).
+DEVICE_NAME_RE = re.compile(r"(?i)(?:.*_)?(?:device|devices|dev|device_type|device_name|map_location|accelerator)")
+BACKEND_NAME_RE = re.compile(r"(?i)(?:.*_)?(?:backend|dist_backend|ddp_backend|comm_backend)")
+# torch.cuda submodules that re-export their public names at torch.cuda level.
+_CUDA_SUBMODULES = ("memory", "random", "streams", "graphs", "__init__")
+
+Rule = Callable[["PyContext", Any], None]
+
+
+def is_device_string(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and DEVICE_RE.fullmatch(node.value) is not None
+
+
+@knowledge.derived_cache
+def _api_index() -> tuple[dict[str, dict], list[tuple[str, dict]]]:
+    exact = {}
+    prefixes = []
+    for symbol, entry in knowledge.torch_api().items():
+        exact[symbol] = entry
+        if entry.get("prefix"):
+            prefixes.append((symbol, entry))
+    prefixes.sort(key=lambda kv: -len(kv[0]))
+    return exact, prefixes
+
+
+def lookup_api(qualname: str) -> tuple[str, dict] | None:
+    """The catalogue entry for a qualified name: exact, through torch.cuda submodules, or by prefix."""
+    exact, prefixes = _api_index()
+    if qualname in exact:
+        return qualname, exact[qualname]
+    parts = qualname.split(".")
+    if len(parts) > 3 and parts[:2] == ["torch", "cuda"] and parts[2] in _CUDA_SUBMODULES:
+        short = ".".join(parts[:2] + parts[3:])
+        if short in exact:
+            return short, exact[short]
+    for symbol, entry in prefixes:
+        if qualname.startswith(symbol + "."):
+            return symbol, entry
+    return None
+
+
+@knowledge.derived_cache
+def _package_index() -> list[tuple[str, dict]]:
+    return sorted(knowledge.packages().items(), key=lambda kv: -len(kv[0]))
+
+
+def lookup_package(qualname: str) -> tuple[str, dict] | None:
+    """The CUDA-only package a module path belongs to (longest module prefix)."""
+    for module, entry in _package_index():
+        if qualname == module or qualname.startswith(module + "."):
+            return module, entry
+    return None
+
+
+def package_statuses(entry: Mapping[str, Any]) -> dict[str, BackendStatus]:
+    return _package_statuses(entry["module"])
+
+
+@knowledge.derived_cache
+def _package_statuses(module: str) -> dict[str, BackendStatus]:
+    # One shared (never mutated) dict per package: findings pickle it once per batch.
+    entry = knowledge.packages()[module]
+    statuses = {}
+    alternatives = entry.get("alternatives", {})
+    unsupported = set(entry.get("unsupported", ()))
+    for key in knowledge.vendors():
+        if key == "cuda":
+            statuses[key] = BackendStatus.OK
+        elif key in alternatives:
+            statuses[key] = BackendStatus.ALTERNATIVE
+        elif key in unsupported:
+            statuses[key] = BackendStatus.UNSUPPORTED
+        elif entry.get("portable"):
+            statuses[key] = BackendStatus.PORTABLE
+        else:
+            statuses[key] = BackendStatus.UNKNOWN
+    return statuses
+
+
+def api_statuses(rule_id: str, entry: Mapping[str, Any] | None) -> dict[str, BackendStatus]:
+    """Per-vendor status of a torch API finding: ok where torch.cuda is reused, else by the rule's fixability."""
+    return _api_statuses(rule_id, (entry or {}).get("symbol"))
+
+
+@knowledge.derived_cache
+def _api_statuses(rule_id: str, symbol: str | None) -> dict[str, BackendStatus]:
+    # One shared (never mutated) dict per rule and API: findings pickle it once per batch.
+    entry = knowledge.torch_api()[symbol] if symbol else None
+    rule = knowledge.rules()[rule_id]
+    others = BackendStatus.PORTABLE if rule.autofix or (entry or {}).get("replacement") else BackendStatus.UNKNOWN
+    return backend_statuses(others=others, overrides=(entry or {}).get("backends"))
+
+
+class PyContext:
+    """What rules see while one Python file (or notebook cell) is walked."""
+
+    def __init__(self, source: SourceFile, lines: list[str], cell: int | None = None) -> None:
+        self.source = source
+        self.lines = lines
+        self.cell = cell
+        self.aliases: dict[str, str] = {}
+        self.findings: list[Finding] = []
+        self.consumed: set[int] = set()  # id() of string nodes already reported in a device position
+        self.strings: list[ast.Constant] = []  # device-like strings, judged after the walk
+        self._seen: set[tuple[str, int, int]] = set()
+        # Parent links live here, not on the nodes, so a tree has no reference
+        # cycles and is freed as soon as its file is done.
+        self.parents: dict[int, ast.AST] = {}
+
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        return self.parents.get(id(node))
+
+    # ----------------------------------------------------------------- resolution
+
+    def qualname(self, node: ast.AST) -> str | None:
+        """`tc.synchronize` -> `torch.cuda.synchronize` when `tc` was bound by an import; else None."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        base = self.aliases.get(node.id)
+        if base is None:
+            return None
+        parts.append(base)
+        return ".".join(reversed(parts))
+
+    def bind(self, name: str, qualname: str) -> None:
+        self.aliases[name] = qualname
+
+    # ----------------------------------------------------------------- reporting
+
+    def location(self, node: ast.AST) -> Location:
+        line = node.lineno
+        end_line = getattr(node, "end_lineno", None) or line
+        return Location(
+            path=self.source.display,
+            line=line,
+            column=self._column(line, node.col_offset),
+            end_line=end_line,
+            end_column=self._column(end_line, getattr(node, "end_col_offset", None) or node.col_offset),
+            cell=self.cell,
+        )
+
+    def _column(self, line: int, byte_offset: int) -> int:
+        """1-based character column from the AST's UTF-8 byte offset."""
+        if 1 <= line <= len(self.lines):
+            text = self.lines[line - 1]
+            if not text.isascii():
+                return len(text.encode("utf-8")[:byte_offset].decode("utf-8", "replace")) + 1
+        return byte_offset + 1
+
+    def snippet(self, line: int) -> str:
+        if not 1 <= line <= len(self.lines):
+            return ""
+        text = self.lines[line - 1].strip()
+        return text if len(text) <= 200 else text[:199] + "…"
+
+    def report(
+        self,
+        rule_id: str,
+        node: ast.AST,
+        symbol: str,
+        *,
+        message: str | None = None,
+        replacement: str | None = None,
+        backends: Mapping[str, BackendStatus] | None = None,
+        effort: str | None = None,
+        entry: Mapping[str, Any] | None = None,
+    ) -> None:
+        key = (rule_id, node.lineno, node.col_offset)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.consumed.add(id(node))
+        if backends is None:
+            backends = api_statuses(rule_id, entry)
+        self.findings.append(
+            make_finding(
+                rule_id,
+                symbol=symbol,
+                location=self.location(node),
+                snippet=self.snippet(node.lineno),
+                message=message,
+                replacement=replacement,
+                backends=backends,
+                effort=effort,
+            )
+        )
+
+    def consume(self, node: ast.AST) -> None:
+        self.consumed.add(id(node))

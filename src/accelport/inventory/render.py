@@ -1,0 +1,334 @@
+"""Render an inventory Report: terminal table, JSON, SARIF 2.1.0, CSV, Markdown, self-contained HTML."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import PurePosixPath
+from typing import Any
+
+from accelport import __version__, knowledge
+from accelport.findings import Category, Effort, Finding, Report
+from accelport.report import markdown
+from accelport.report.html import HtmlPage
+
+FORMATS = ("table", "json", "sarif", "csv", "md", "html")
+
+
+def _by_file(report: Report) -> dict[str, list[Finding]]:
+    grouped: dict[str, list[Finding]] = defaultdict(list)
+    for finding in report.findings:
+        grouped[finding.location.path].append(finding)
+    return grouped
+
+
+def _where(finding: Finding) -> str:
+    loc = finding.location
+    prefix = f"cell {loc.cell} " if loc.cell is not None else ""
+    return f"{prefix}{loc.line}:{loc.column}"
+
+
+def _hours(report: Report) -> str:
+    return f"{report.effort.hours_low:.1f}-{report.effort.hours_high:.1f} h"
+
+
+# --------------------------------------------------------------------------- table
+
+
+def render_table(report: Report, style: Any = None) -> str:
+    """The terminal view: summary by category and route, then findings grouped by file."""
+    bold = style.bold if style else (lambda s: s)
+    dim = style.dim if style else (lambda s: s)
+    effort_color: dict[Effort, Callable[[str], str]] = {
+        Effort.NONE: dim,
+        Effort.LOW: (style.green if style else str),
+        Effort.MEDIUM: (style.yellow if style else str),
+        Effort.HIGH: (style.red if style else str),
+    }
+    summary = report.summary()
+    out = [bold(f"accelport inventory: {', '.join(report.roots)}" + (f" (target: {report.target})" if report.target else ""))]
+    out.append(
+        f"  {summary['files_scanned']} files scanned ({summary['lines_scanned']} lines), "
+        f"{summary['files_with_findings']} with findings, {summary['files_skipped']} skipped"
+    )
+    categories = ", ".join(f"{Category(c).title} {n}" for c, n in summary["by_category"].items() if n)
+    out.append(f"  {summary['findings']} findings" + (f": {categories}" if categories else ""))
+    levels = ", ".join(f"{level} {n}" for level, n in summary["by_effort"].items())
+    out.append(f"  effort: {levels}; about {_hours(report)}; {summary['autofixable']} fixed by `accelport migrate`")
+    out.append(bold(f"  route {report.route.route.value}: {report.route.route.title}"))
+    out.extend(f"    - {reason}" for reason in report.route.reasons)
+    for path, findings in _by_file(report).items():
+        file_summary = next((f for f in report.files if f.path == path), None)
+        route = f", route {file_summary.route.route.value}" if file_summary else ""
+        out.append("")
+        out.append(bold(f"{path}") + dim(f"  ({len(findings)} findings{route})"))
+        for finding in findings:
+            fix = " [auto]" if finding.autofix else ""
+            line = f"  {_where(finding):>9}  {finding.rule_id}  {effort_color[finding.effort](f'{finding.effort.value:<6}')}  {finding.message}{fix}"
+            out.append(line)
+            if finding.snippet:
+                out.append(dim(f"             {finding.snippet}"))
+            if finding.replacement:
+                out.append(dim(f"             -> {finding.replacement}"))
+    if report.skipped:
+        out.append("")
+        out.append(bold(f"skipped ({len(report.skipped)}):"))
+        out.extend(f"  {s.path}: {s.reason}" for s in report.skipped)
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- json / csv
+
+
+def render_json(report: Report) -> str:
+    return report.to_json()
+
+
+CSV_COLUMNS = (
+    "path",
+    "cell",
+    "line",
+    "column",
+    "end_line",
+    "end_column",
+    "rule_id",
+    "category",
+    "family",
+    "symbol",
+    "effort",
+    "route",
+    "autofix",
+    "message",
+    "replacement",
+    "snippet",
+)
+
+
+def render_csv(report: Report) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for f in report.findings:
+        loc = f.location
+        writer.writerow(
+            [
+                loc.path,
+                loc.cell if loc.cell is not None else "",
+                loc.line,
+                loc.column,
+                loc.end_line,
+                loc.end_column,
+                f.rule_id,
+                f.category.value,
+                f.family,
+                f.symbol,
+                f.effort.value,
+                f.route.value,
+                "yes" if f.autofix else "no",
+                f.message,
+                f.replacement or "",
+                f.snippet,
+            ]
+        )
+    return buffer.getvalue()
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def render_markdown(report: Report) -> str:
+    summary = report.summary()
+    out = [f"# accelport inventory: {', '.join(report.roots)}", ""]
+    out.append(
+        f"{summary['files_scanned']} files scanned ({summary['lines_scanned']} lines), "
+        f"{summary['files_with_findings']} with findings, {summary['files_skipped']} skipped. "
+        f"**{summary['findings']} findings**, {summary['autofixable']} fixed by `accelport migrate`."
+    )
+    out.append("")
+    out.append(f"## Route {report.route.route.value}: {report.route.route.title}")
+    out.append("")
+    out.extend(f"- {markdown.escape(r)}" for r in report.route.reasons)
+    out.append("")
+    out.append(f"Effort: about {_hours(report)}.")
+    out.append("")
+    out.append(markdown.table(["effort", "findings"], list(summary["by_effort"].items())))
+    out.append(markdown.table(["category", "findings"], [(Category(c).title, n) for c, n in summary["by_category"].items() if n]))
+    out.append("## Findings")
+    out.append("")
+    rows = [
+        (
+            f"{f.location.path}:{_where(f)}",
+            f.rule_id,
+            f.effort.value,
+            f.message,
+            markdown.code(f.snippet) if f.snippet else "",
+            markdown.code(f.replacement) if f.replacement else "",
+        )
+        for f in report.findings
+    ]
+    out.append(markdown.table(["where", "rule", "effort", "what", "code", "suggested"], rows, raw_columns=(4, 5)))
+    if report.skipped:
+        out.append("## Skipped files")
+        out.append("")
+        out.append(markdown.table(["file", "reason"], [(s.path, s.reason) for s in report.skipped]))
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- html
+
+
+def render_html(report: Report) -> str:
+    summary = report.summary()
+    page = HtmlPage(
+        f"accelport inventory: {', '.join(report.roots)}",
+        f"accelport {report.tool_version}" + (f" · target {report.target}" if report.target else ""),
+    )
+    page.cards(
+        [
+            ("findings", summary["findings"]),
+            ("files scanned", summary["files_scanned"]),
+            ("with findings", summary["files_with_findings"]),
+            ("skipped", summary["files_skipped"]),
+            ("auto-fixable", summary["autofixable"]),
+            ("route", f"{report.route.route.value}: {report.route.route.title}"),
+            ("effort", _hours(report)),
+        ]
+    )
+    page.heading("Route")
+    page.table(["reason"], [(r,) for r in report.route.reasons])
+    page.heading("By category")
+    page.table(["category", "findings"], [(Category(c).title, n) for c, n in summary["by_category"].items()])
+    page.heading("By effort")
+    page.table(["effort", "findings"], list(summary["by_effort"].items()))
+    page.heading("Files")
+    page.table(
+        ["file", "findings", "route", "hours"],
+        [(f.path, f.findings, f.route.route.value, f"{f.effort.hours_low:.1f}-{f.effort.hours_high:.1f}") for f in report.files],
+    )
+    page.heading("Findings")
+    for path, findings in _by_file(report).items():
+        page.heading(path, level=3)
+        page.table(
+            ["where", "rule", "effort", "what", "code", "suggested"],
+            [(_where(f), f.rule_id, f.effort.value, f.message, f.snippet, f.replacement or "") for f in findings],
+            code_columns=(4, 5),
+        )
+    if report.skipped:
+        page.heading("Skipped files")
+        page.table(["file", "reason"], [(s.path, s.reason) for s in report.skipped])
+    return page.render()
+
+
+# --------------------------------------------------------------------------- sarif
+
+_SARIF_LEVEL = {Effort.NONE: "note", Effort.LOW: "note", Effort.MEDIUM: "warning", Effort.HIGH: "error"}
+
+
+def _uri(path: str) -> str:
+    return str(PurePosixPath(path.replace("\\", "/"))).lstrip("./") or path
+
+
+def render_sarif(report: Report) -> str:
+    """SARIF 2.1.0: one run, every rule that fired as a reportingDescriptor, skipped files as notifications."""
+    rules = knowledge.rules()
+    used = sorted({f.rule_id for f in report.findings})
+    index = {rule_id: i for i, rule_id in enumerate(used)}
+    descriptors = []
+    for rule_id in used:
+        rule = rules[rule_id]
+        descriptors.append(
+            {
+                "id": rule.id,
+                "name": rule.name,
+                "shortDescription": {"text": rule.summary},
+                "fullDescription": {"text": rule.why},
+                "help": {
+                    "text": f"{rule.why}\n\nBefore:\n{rule.before}\n\nAfter:\n{rule.after}\n\n{rule.fix}",
+                    "markdown": f"{rule.why}\n\nBefore:\n```python\n{rule.before}\n```\n\nAfter:\n```python\n{rule.after}\n```\n\n{rule.fix}",
+                },
+                "defaultConfiguration": {"level": _SARIF_LEVEL[rule.effort]},
+                "properties": {
+                    "category": rule.category.value,
+                    "family": rule.family,
+                    "effort": rule.effort.value,
+                    "autofix": rule.autofix,
+                    "route": rule.route.value,
+                    "tags": [rule.category.value, rule.family],
+                },
+            }
+        )
+    results = []
+    for f in report.findings:
+        loc = f.location
+        region: dict[str, Any] = {
+            "startLine": loc.line,
+            "startColumn": loc.column,
+            "endLine": loc.end_line,
+            "endColumn": loc.end_column,
+        }
+        if f.snippet:
+            region["snippet"] = {"text": f.snippet}
+        properties: dict[str, Any] = {
+            "category": f.category.value,
+            "effort": f.effort.value,
+            "route": f.route.value,
+            "autofix": f.autofix,
+            "symbol": f.symbol,
+            "backends": {k: v.value for k, v in f.backends.items()},
+        }
+        if loc.cell is not None:
+            properties["notebookCell"] = loc.cell
+        result: dict[str, Any] = {
+            "ruleId": f.rule_id,
+            "ruleIndex": index[f.rule_id],
+            "level": _SARIF_LEVEL[f.effort],
+            "message": {"text": f.message + (f" Suggested: {f.replacement}" if f.replacement else "")},
+            "locations": [
+                {"physicalLocation": {"artifactLocation": {"uri": _uri(loc.path), "uriBaseId": "SRCROOT"}, "region": region}}
+            ],
+            "properties": properties,
+        }
+        results.append(result)
+    notifications = [
+        {
+            "level": "warning",
+            "message": {"text": f"skipped: {s.reason}"},
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(s.path), "uriBaseId": "SRCROOT"}}}],
+        }
+        for s in report.skipped
+    ]
+    log = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "accelport",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "informationUri": "https://accelport.dev",
+                        "rules": descriptors,
+                    }
+                },
+                "invocations": [
+                    {"executionSuccessful": not report.skipped, "toolExecutionNotifications": notifications}
+                ],
+                "results": results,
+                "properties": {"route": report.route.to_dict(), "effort": report.effort.to_dict()},
+            }
+        ],
+    }
+    return json.dumps(log, indent=2) + "\n"
+
+
+RENDERERS: dict[str, Callable[[Report], str]] = {
+    "json": render_json,
+    "sarif": render_sarif,
+    "csv": render_csv,
+    "md": render_markdown,
+    "html": render_html,
+}

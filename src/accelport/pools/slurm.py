@@ -1,0 +1,141 @@
+"""Render a job as a Slurm batch script, and the gres.conf / slurm.conf lines a pool needs."""
+
+from __future__ import annotations
+
+import shlex
+
+from accelport.pools.launch import injected_env, launch_command, scheduler_facts
+from accelport.pools.model import JobSpec, Pool
+
+
+def _slurm_memory(quantity: str) -> str:
+    # Slurm's K/M/G/T suffixes are binary, like Kubernetes' Ki/Mi/Gi/Ti.
+    return quantity[:-1]
+
+
+_HEAD = "\x00head\x00"
+_RUN = "\x00run\x00"
+
+
+def _shell_word(arg: str) -> str:
+    """Quote one argument; the rendezvous placeholders become shell variables, expanded by bash."""
+    if _HEAD in arg or _RUN in arg:
+        return '"' + arg.replace(_HEAD, "$head_node").replace(_RUN, "$SLURM_JOB_ID") + '"'
+    return shlex.quote(arg)
+
+
+def gres_request(pool: Pool, count: int) -> str:
+    slurm = pool.slurm
+    assert slurm is not None
+    return ":".join(part for part in (slurm.gres, slurm.gres_type, str(count)) if part)
+
+
+def visible_devices_export(job: JobSpec, pool: Pool) -> tuple[str, str] | None:
+    """The variable the script must export itself, and its value; None when Slurm sets one.
+
+    Slurm exports CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK and
+    GPU_DEVICE_ORDINAL for the `gpu` GRES only. For any other GRES (npu, mlu, ...), or a
+    vendor whose variable is none of those (MUSA_VISIBLE_DEVICES on a `gpu` GRES), the
+    script exports the vendor's variable. Inside a job's device cgroup, or on a node the job
+    has to itself, the job's devices are numbered from 0.
+    """
+    facts = scheduler_facts()["slurm"]
+    assert pool.slurm is not None
+    variables = pool.vendor.visible_devices
+    if not variables:
+        return None
+    if pool.slurm.gres == facts["gpu_gres_name"] and set(variables) & set(facts["gpu_gres_env"]):
+        return None
+    indices = ",".join(str(i) for i in range(job.devices_per_node))
+    if pool.slurm.gres == facts["gpu_gres_name"]:
+        # Slurm numbered the allocation in CUDA_VISIBLE_DEVICES; reuse it.
+        return variables[0], f"${{{variables[0]}:-${{CUDA_VISIBLE_DEVICES:-{indices}}}}}"
+    return variables[0], f"${{{variables[0]}:-{indices}}}"
+
+
+def render_sbatch(job: JobSpec, pool: Pool) -> str:
+    """A complete batch script for `sbatch`: one task per node, torchrun on each node."""
+    slurm = pool.slurm
+    if slurm is None or pool.engine != "slurm":
+        raise ValueError(f"pool {pool.name} is not a Slurm pool")
+    profile = pool.vendor
+    lines = [
+        "#!/bin/bash",
+        f"# Rendered by accelport: job {job.name!r} for pool {pool.name!r} ({profile.name}, device {profile.torch_device}, backend {profile.distributed_backend}).",
+        f"#SBATCH --job-name={job.name}",
+        f"#SBATCH --partition={slurm.partition}",
+        f"#SBATCH --nodes={job.nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gres={gres_request(pool, job.devices_per_node)}",
+        f"#SBATCH --cpus-per-task={job.cpus_per_node}",
+    ]
+    if job.memory:
+        lines.append(f"#SBATCH --mem={_slurm_memory(job.memory)}")
+    if job.time_limit:
+        lines.append(f"#SBATCH --time={job.time_limit}")
+    if slurm.constraint:
+        lines.append(f"#SBATCH --constraint={slurm.constraint}")
+    if slurm.account:
+        lines.append(f"#SBATCH --account={slurm.account}")
+    if slurm.qos:
+        lines.append(f"#SBATCH --qos={slurm.qos}")
+    if job.workdir:
+        lines.append(f"#SBATCH --chdir={job.workdir}")
+    if slurm.exclusive:
+        lines.append("#SBATCH --exclusive")
+    if slurm.requeue:
+        lines.append("#SBATCH --requeue")
+    lines += ["set -euo pipefail", ""]
+    export = visible_devices_export(job, pool)
+    if export is not None:
+        name, value = export
+        lines.append(f"# Slurm sets no {name} for the '{slurm.gres}' GRES: export it here.")
+        lines.append(f'export {name}="{value}"')
+    for name, value in injected_env(job, pool).items():
+        lines.append(f"export {name}={shlex.quote(value)}")
+    lines.append("")
+    if job.launcher == "torchrun" and job.nodes > 1:
+        lines.append('head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)')
+    command = launch_command(job, _HEAD, _RUN)
+    rendered = " ".join(_shell_word(arg) for arg in command)
+    lines.append(f"srun {rendered}")
+    return "\n".join(lines) + "\n"
+
+
+def gres_conf(pools: list[Pool], nodes: dict[str, str] | None = None, devices_per_node: int = 8) -> str:
+    """gres.conf lines per Slurm pool: AutoDetect where Slurm knows the vendor, File= otherwise.
+
+    `nodes` maps pool name to its node list (default: a placeholder to fill in).
+    """
+    facts = scheduler_facts()["slurm"]
+    lines = ["# gres.conf, rendered by accelport; fill in node names and device files for your site."]
+    for pool in pools:
+        if pool.slurm is None:
+            continue
+        nodelist = (nodes or {}).get(pool.name, f"<{pool.name}-nodes>")
+        autodetect = facts["autodetect"].get(pool.vendor.key, "off")
+        type_part = f" Type={pool.slurm.gres_type}" if pool.slurm.gres_type else ""
+        last = devices_per_node - 1
+        lines.append(
+            f"NodeName={nodelist} AutoDetect={autodetect} Name={pool.slurm.gres}{type_part} "
+            f"File=/dev/<{pool.vendor.key}-device>[0-{last}]"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def slurm_conf(pools: list[Pool], nodes: dict[str, str] | None = None, devices_per_node: int = 8) -> str:
+    """slurm.conf lines: GresTypes, one NodeName line and one partition per Slurm pool."""
+    slurm_pools = [p for p in pools if p.slurm is not None]
+    gres_types = sorted({p.slurm.gres for p in slurm_pools if p.slurm})
+    lines = ["# slurm.conf excerpt, rendered by accelport.", f"GresTypes={','.join(gres_types)}"]
+    for pool in slurm_pools:
+        assert pool.slurm is not None
+        nodelist = (nodes or {}).get(pool.name, f"<{pool.name}-nodes>")
+        features = f" Features={pool.slurm.constraint}" if pool.slurm.constraint else ""
+        lines.append(f"NodeName={nodelist} Gres={gres_request(pool, devices_per_node)}{features}")
+    for pool in slurm_pools:
+        assert pool.slurm is not None
+        nodelist = (nodes or {}).get(pool.name, f"<{pool.name}-nodes>")
+        state = "DOWN" if pool.state.value == "drain" else "UP"
+        lines.append(f"PartitionName={pool.slurm.partition} Nodes={nodelist} State={state}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,100 @@
+"""`accelport inventory` and `accelport rules` from the command line: formats, thresholds, exit codes, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "legacy_cuda_app"
+
+
+def test_example_inventory_table(cli):
+    result = cli("inventory", EXAMPLE)
+    assert result.code == 0
+    assert "route A: framework-level port" in result.out
+    assert "train.py" in result.out and "AP1004" in result.out
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif", "csv", "md", "html"])
+def test_every_format_writes_a_file(cli, tmp_path, fmt):
+    target = tmp_path / f"report.{fmt}"
+    result = cli("inventory", EXAMPLE, "--format", fmt, "-o", target)
+    assert result.code == 0 and result.out == ""
+    assert target.stat().st_size > 200
+
+
+def test_fail_on_thresholds(cli):
+    assert cli("inventory", EXAMPLE, "--fail-on", "low", "--format", "json").code == 1
+    assert cli("inventory", EXAMPLE, "--fail-on", "medium", "--format", "json").code == 1  # get_device_capability
+    assert cli("inventory", EXAMPLE, "--fail-on", "high", "--format", "json").code == 0
+
+
+def test_target_rocm_needs_no_effort_for_torch_cuda(cli):
+    data = json.loads(cli("inventory", EXAMPLE, "--format", "json", "--target", "rocm").out)
+    by_rule = {f["rule_id"]: f for f in data["findings"]}
+    assert by_rule["AP1103"]["effort"] == "none"  # ROCm reuses torch.cuda
+    npu = json.loads(cli("inventory", EXAMPLE, "--format", "json", "--target", "npu").out)
+    assert {f["rule_id"]: f for f in npu["findings"]}["AP1103"]["effort"] == "low"
+
+
+def test_missing_path_is_one_line_exit_2(cli, tmp_path):
+    result = cli("inventory", tmp_path / "nope")
+    assert result.code == 2
+    assert result.err.strip().endswith("no such file or directory; check the path")
+    assert result.err.count("\n") == 1
+
+
+def test_empty_directory_is_one_line_exit_2(cli, tmp_path):
+    result = cli("inventory", tmp_path)
+    assert result.code == 2
+    assert "no files accelport scans were found" in result.err
+    assert result.err.count("\n") == 1
+
+
+def test_binary_file_is_one_line_exit_2(cli, tmp_path):
+    blob = tmp_path / "weights.bin"
+    blob.write_bytes(bytes(range(256)) * 8)
+    result = cli("inventory", blob)
+    assert result.code == 2
+    assert "weights.bin: not a kind of file accelport scans" in result.err
+    assert result.err.count("\n") == 1
+
+
+def test_binary_content_named_py_is_one_line_exit_2(cli, tmp_path):
+    blob = tmp_path / "model.py"
+    blob.write_bytes(b"\x00\x89PNG torch.cuda \x00" * 10)
+    result = cli("inventory", blob)
+    assert result.code == 2
+    assert "model.py: cannot be scanned: binary content" in result.err
+
+
+def test_skipped_files_change_the_exit_code(cli, tmp_path):
+    (tmp_path / "ok.py").write_text("x = 1\n")
+    (tmp_path / "broken.py").write_text("import torch\ntorch.cuda.synchronize(\n")
+    assert cli("inventory", tmp_path).code == 1
+    result = cli("inventory", tmp_path, "--allow-skipped")
+    assert result.code == 0
+    assert "broken.py: does not parse as Python" in result.out
+
+
+def test_unknown_target_is_usage_error(cli):
+    result = cli("inventory", EXAMPLE, "--target", "tpu9")
+    assert result.code == 2 and "unknown vendor 'tpu9'" in result.err
+
+
+def test_rules_list_and_detail(cli):
+    listing = cli("rules")
+    assert listing.code == 0 and "AP1203" in listing.out
+    detail = cli("rules", "AP1203")
+    assert "custom_fwd" in detail.out and "Before:" in detail.out and "After:" in detail.out
+    assert cli("rules", "AP0000").code == 2
+
+
+def test_real_process_prints_help_with_exit_codes():
+    result = subprocess.run([sys.executable, "-m", "accelport", "inventory", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0
+    assert "Exit codes" in result.stdout or "exit codes" in result.stdout.lower()

@@ -1,0 +1,116 @@
+"""Report formats: JSON validates against the repo's schema, SARIF against SARIF 2.1.0, HTML escapes, CSV/Markdown are well formed."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from accelport.findings import Report, report_schema
+from accelport.inventory import scan
+from accelport.inventory.render import (
+    render_csv,
+    render_html,
+    render_markdown,
+    render_sarif,
+    render_table,
+)
+
+SARIF_SCHEMA = Path(__file__).resolve().parents[1] / "data" / "sarif-schema-2.1.0.json"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "legacy_cuda_app"
+
+HOSTILE = '''import torch
+x = torch.ones(1)
+y = x.to("cuda"); s = "<script>alert('x')</script> | `tick` & more"
+'''
+
+@pytest.fixture(scope="module")
+def example_report() -> Report:
+    return scan([str(EXAMPLE)], jobs=1)
+
+@pytest.fixture
+def hostile_report(tmp_path) -> Report:
+    path = tmp_path / "hostile.py"
+    path.write_text(HOSTILE)
+    return scan([str(path)], jobs=1)
+
+def test_json_validates_against_schema(example_report):
+    data = json.loads(example_report.to_json())
+    jsonschema.Draft202012Validator(report_schema()).validate(data)
+    assert data["summary"]["findings"] == len(data["findings"]) > 0
+
+def test_json_round_trips(example_report):
+    again = Report.from_dict(json.loads(example_report.to_json()))
+    assert again.to_dict() == example_report.to_dict()
+
+def test_schema_rejects_a_broken_report(example_report):
+    data = json.loads(example_report.to_json())
+    data["findings"][0]["rule_id"] = "XX1"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(report_schema()).validate(data)
+
+def test_sarif_validates_against_sarif_2_1_0(example_report, hostile_report):
+    schema = json.loads(SARIF_SCHEMA.read_text())
+    for report in (example_report, hostile_report):
+        log = json.loads(render_sarif(report))
+        jsonschema.Draft4Validator(schema).validate(log)
+        results = log["runs"][0]["results"]
+        assert len(results) == len(report.findings)
+        rules = log["runs"][0]["tool"]["driver"]["rules"]
+        for result in results:
+            assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
+
+def test_sarif_reports_skipped_files_as_unsuccessful(tmp_path):
+    (tmp_path / "bad.py").write_bytes(b"import torch\nx = '\xff'.cuda()\n")
+    log = json.loads(render_sarif(scan([str(tmp_path)], jobs=1)))
+    invocation = log["runs"][0]["invocations"][0]
+    assert invocation["executionSuccessful"] is False
+    assert "not UTF-8" in invocation["toolExecutionNotifications"][0]["message"]["text"]
+
+class _TextCollector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts = 0
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "script":
+            self.scripts += 1
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+def test_html_is_self_contained_and_escapes_snippets(hostile_report):
+    page = render_html(hostile_report)
+    parser = _TextCollector()
+    parser.feed(page)
+    assert parser.scripts == 0  # the snippet's <script> stayed text
+    assert "<script>alert" not in page
+    assert any("<script>alert('x')</script>" in chunk for chunk in parser.text)
+    assert "http://" not in page and "https://" not in page.replace("https://accelport.dev", "")
+
+def test_csv_has_one_row_per_finding(example_report):
+    rows = list(csv.DictReader(io.StringIO(render_csv(example_report))))
+    assert len(rows) == len(example_report.findings)
+    first = example_report.findings[0]
+    assert rows[0]["rule_id"] == first.rule_id and int(rows[0]["line"]) == first.location.line
+
+def test_markdown_table_survives_pipes_and_backticks(hostile_report):
+    text = render_markdown(hostile_report)
+    table_rows = [line for line in text.splitlines() if line.startswith("| hostile") or "hostile.py:" in line]
+    assert table_rows
+    header_cells = text.split("## Findings")[1].splitlines()[2].count(" | ")
+    for row in table_rows:
+        # escaped pipes do not split cells
+        assert row.replace("\\|", "").count(" | ") == header_cells
+
+def test_table_groups_by_file_and_summarises(example_report):
+    text = render_table(example_report)
+    assert "route A: framework-level port" in text
+    assert "examples/legacy_cuda_app/train.py" in text or str(EXAMPLE / "train.py") in text
+    assert "framework API" in text

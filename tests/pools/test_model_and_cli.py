@@ -1,0 +1,184 @@
+"""Job and pool files: clear one-line errors; the CLI's four actions on the examples."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from accelport.errors import UserError
+from accelport.pools.kubernetes import render_http_route, render_kueue
+from accelport.pools.model import job_from_toml, load_pools
+from accelport.pools.probes import parse_kueue, parse_volcano, probe_pools
+from accelport.pools.render import render_admin
+from accelport.pools.slurm import gres_conf, slurm_conf
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pools"
+JOB = str(EXAMPLES / "job.toml")
+POOLS = ["--pools", str(EXAMPLES / "cuda-pool.toml"), "--pools", str(EXAMPLES / "ascend-pool.toml")]
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[job]\nname = "ft"\ncommand = ["t.py"]\nnodes = "two"\n', "job.nodes must be an integer, got 'two'"),
+        ('[job]\nname = "ft"\ncommand = ["t.py"]\nnodes = true\n', "job.nodes must be an integer, got True"),
+        ('[job]\nname = "ft"\ncommand = ["t.py"]\ndevices_per_node = 0\n', "job.devices_per_node must be an integer >= 1"),
+        ('[job]\nname = "ft"\ncommand = ["t.py"]\nnode = 2\n', "unknown key(s) node"),
+        ('[job]\nname = "FT_1"\ncommand = ["t.py"]\n', "job.name 'FT_1' must be lower-case"),
+        ('[job]\nname = "ft"\ncommand = ["t.py"]\nmemory = "64GB"\n', "job.memory '64GB' must be an integer with Ki"),
+        ('[job]\nname = "ft"\ncommand = ["t.py"]\n[job.images]\ncudaa = "x"\n', "job.images.cudaa is not a known vendor"),
+        ('[job]\nname = "ft"\n', "job.command is missing"),
+        ("[job\n", "not valid TOML"),
+    ],
+)
+def test_bad_job_files_name_the_file_and_the_key(tmp_path, text, expected):
+    path = _write(tmp_path, "job.toml", text)
+    with pytest.raises(UserError) as info:
+        job_from_toml(path)
+    assert str(path) in str(info.value) and expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[[pool]]\nname = "a"\nvendor = "nvidia"\nengine = "slurm"\n', "vendor 'nvidia' is unknown; known vendors:"),
+        ('[[pool]]\nname = "a"\nvendor = "cuda"\nengine = "k8s"\n', "engine must be one of slurm, kubernetes; got 'k8s'"),
+        ('[[pool]]\nname = "a"\nvendor = "cuda"\nengine = "slurm"\n', "there is no [pool.slurm] table"),
+        ('[[pool]]\nname = "a"\nvendor = "cuda"\nengine = "slurm"\nstate = "paused"\n[pool.slurm]\npartition = "p"\n', "pool.a.state must be one of"),
+        ('[[pool]]\nname = "a"\nvendor = "npu"\nengine = "kubernetes"\n[pool.kubernetes]\nscheduler = "volcano"\n', "kubernetes.queue is missing"),
+        ('[[pool]]\nname = "a"\nvendor = "cuda"\nengine = "slurm"\n[pool.slurm]\npartition = "p"\ngpus = 8\n', "pool.a.slurm has unknown key(s) gpus"),
+    ],
+)
+def test_bad_pool_files_name_the_file_and_the_key(tmp_path, text, expected):
+    path = _write(tmp_path, "pools.toml", text)
+    with pytest.raises(UserError) as info:
+        load_pools([path])
+    assert str(path) in str(info.value) and expected in str(info.value)
+
+
+def test_duplicate_pool_names_across_files(tmp_path):
+    text = '[[pool]]\nname = "a"\nvendor = "cuda"\nengine = "slurm"\n[pool.slurm]\npartition = "p"\n'
+    with pytest.raises(UserError, match="also defined in"):
+        load_pools([_write(tmp_path, "a.toml", text), _write(tmp_path, "b.toml", text)])
+
+
+def test_kueue_admin_objects_put_every_pool_in_one_cohort(golden_pools):
+    cuda = golden_pools["nvidia"].on("kubernetes")
+    example = load_pools([EXAMPLES / "cuda-pool.toml"])[0].on("kubernetes")
+    objects = render_kueue([example, cuda])
+    queues = [o for o in objects if o["kind"] == "ClusterQueue"]
+    assert len(queues) == 2
+    # The example names its cohort; the golden pool takes the default one.
+    assert sorted(q["spec"]["cohortName"] for q in queues) == ["accel-pools", "accelport-pools"]
+    cq = next(q for q in queues if q["metadata"]["name"] == "cuda-cq")
+    group = cq["spec"]["resourceGroups"][0]
+    assert group["coveredResources"] == ["nvidia.com/gpu"]
+    assert group["flavors"] == [{"name": "cuda-h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 128}]}]
+
+
+def test_http_route_weights_and_deployments(tmp_path, golden_pools):
+    job = job_from_toml(_write(tmp_path, "svc.toml", '[job]\nname = "llm"\ncommand = ["vllm", "serve", "m"]\nlauncher = "none"\n'
+                               'devices_per_node = 1\n[job.service]\nport = 8000\n[job.images]\ncuda = "vllm:cuda"\nnpu = "vllm-ascend:npu"\n'))
+    from dataclasses import replace
+
+    from accelport.pools.model import PoolState
+    from accelport.pools.validate import validate_object
+
+    cuda = replace(golden_pools["nvidia"].on("kubernetes"), weight=90)
+    ascend = replace(golden_pools["ascend"].on("kubernetes"), state=PoolState.CANARY, weight=10)
+    artefacts = render_admin([cuda, ascend], job)
+    route = next(a for a in artefacts if a.filename == "llm-httproute.yaml").objects[0]
+    assert route["spec"]["rules"][0]["backendRefs"] == [
+        {"name": "llm-nvidia", "port": 8000, "weight": 90},
+        {"name": "llm-ascend", "port": 8000, "weight": 10},
+    ]
+    assert validate_object(route) == []
+    route["spec"]["rules"][0]["backendRefs"][0]["weight"] = 1.5
+    assert validate_object(route)
+    with pytest.raises(UserError, match="batch job"):
+        render_http_route(replace(job, service=None), [cuda], {})
+
+
+def test_slurm_admin_snippets(golden_pools):
+    pools = [golden_pools["nvidia"], golden_pools["ascend"]]
+    assert "NodeName=<ascend-nodes> AutoDetect=off Name=npu Type=910b" in gres_conf(pools)
+    assert "NodeName=<nvidia-nodes> AutoDetect=nvml Name=gpu Type=a100" in gres_conf(pools)
+    assert "GresTypes=gpu,npu" in slurm_conf(pools)
+
+
+def test_kueue_and_volcano_status_parsing(golden_pools):
+    # Shaped like `kubectl get clusterqueue -o json` per the ClusterQueue CRD's status schema.
+    cq = {
+        "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "f", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "64"}]}]}]},
+        "status": {"pendingWorkloads": 3, "admittedWorkloads": 7, "flavorsUsage": [{"name": "f", "resources": [{"name": "nvidia.com/gpu", "total": "56"}]}]},
+    }
+    load = parse_kueue(golden_pools["nvidia"].on("kubernetes"), json.dumps(cq))
+    assert (load.total, load.used, load.pending_jobs) == (64, 56, 3)
+    queue = {"spec": {"capability": {"huawei.com/Ascend910": 32}}, "status": {"pending": 0, "allocated": {"huawei.com/Ascend910": "8", "cpu": "96"}}}
+    load = parse_volcano(golden_pools["ascend"].on("kubernetes"), json.dumps(queue))
+    assert (load.total, load.used, load.pending_jobs) == (32, 8, 0)
+
+
+def test_probe_dry_run_lists_commands_and_runs_nothing(golden_pools):
+    def refuse(argv):
+        raise AssertionError(f"dry run ran {argv}")
+
+    pools = [golden_pools["nvidia"].on("kubernetes"), golden_pools["ascend"].on("kubernetes"), golden_pools["amd"]]
+    report = probe_pools(pools, dry_run=True, runner=refuse)
+    assert report.loads == {}
+    argvs = [c.argv for c in report.commands]
+    assert ("kubectl", "get", "clusterqueues.kueue.x-k8s.io", "nvidia-cq", "--output=json") in argvs
+    assert ("kubectl", "get", "queues.scheduling.volcano.sh", "ascend-q", "--output=json") in argvs
+    assert any(a[0] == "sinfo" and "--partition=mi300" in a for a in argvs)
+
+
+def test_cli_render_both_engines(cli, tmp_path):
+    result = cli("pools", "render", JOB, *POOLS, "--engine", "kubernetes", "--admin", "--output-dir", tmp_path)
+    assert result.code == 0, result.err
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [
+        "gres.conf", "kueue-queues.yaml", "slurm.conf", "tinylm-train-ascend.yaml", "tinylm-train-cuda.yaml", "volcano-queues.yaml",
+    ]
+    result = cli("pools", "render", JOB, *POOLS, "--engine", "slurm")
+    assert 'export ASCEND_RT_VISIBLE_DEVICES="${ASCEND_RT_VISIBLE_DEVICES:-0,1,2,3,4,5,6,7}"' in result.out
+    assert "#SBATCH --gres=gpu:h100:8" in result.out
+
+
+def test_cli_validate_passes_examples_and_fails_a_planted_fault(cli, tmp_path):
+    result = cli("pools", "validate", JOB, *POOLS, "--engine", "kubernetes", "--admin", "--format", "json")
+    assert result.code == 0, result.out
+    assert json.loads(result.out)["passed"] is True
+    cli("pools", "render", JOB, *POOLS, "--engine", "kubernetes", "--pool", "cuda", "--output-dir", tmp_path)
+    manifest = tmp_path / "tinylm-train-cuda.yaml"
+    manifest.write_text(manifest.read_text().replace("nvidia.com/gpu: 8", "nvidia.com/gpu: two", 1))
+    result = cli("pools", "validate", "--files", manifest)
+    assert result.code == 1
+    assert "'two' is not a whole device count" in result.out
+
+
+def test_cli_route_and_submit_dry_run(cli, tmp_path):
+    result = cli("pools", "route", JOB, *POOLS, "--simulate", "2000", "--format", "json")
+    shares = json.loads(result.out)["shares"]
+    assert shares["ascend"] == pytest.approx(0.2, abs=0.03)
+    signals = _write(tmp_path, "load.json", json.dumps({"ascend": {"total": 64, "used": 64, "pending_jobs": 4}, "cuda": {"total": 128, "used": 0}}))
+    result = cli("pools", "route", JOB, *POOLS, "--job-id", "tinylm-train", "--signals", signals, "--format", "json")
+    assert json.loads(result.out)["pool"] == "cuda"
+    result = cli("pools", "submit", JOB, *POOLS, "--dry-run", "--workdir", tmp_path, "--pin", "ascend")
+    assert result.code == 0
+    assert f"would run: sbatch --parsable {tmp_path / 'tinylm-train-ascend.sbatch'}" in result.out
+    assert (tmp_path / "tinylm-train-ascend.sbatch").exists()
+
+
+def test_cli_errors_are_one_line_exit_2(cli, tmp_path):
+    result = cli("pools", "render", tmp_path / "missing.toml", *POOLS)
+    assert result.code == 2 and "file not found" in result.err and len(result.err.strip().splitlines()) == 1
+    result = cli("pools", "route", JOB, *POOLS, "--signals", _write(tmp_path, "bad.json", "{"))
+    assert result.code == 2 and "not valid JSON" in result.err

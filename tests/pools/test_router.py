@@ -1,0 +1,120 @@
+"""Routing: the 20% ramp holds, resubmits are stable, drained pools get nothing, load moves work."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from accelport.pools.model import PoolState
+from accelport.pools.router import Load, decide, http_route_weights, ramp_shares, ticket
+
+
+@pytest.fixture
+def ramp(golden_pools):
+    """The CUDA pool at 80, the new Ascend pool at 20: a 20% ramp."""
+    cuda = replace(golden_pools["nvidia"], state=PoolState.PRIMARY, weight=80, capacity=64)
+    ascend = replace(golden_pools["ascend"], state=PoolState.CANARY, weight=20, capacity=64)
+    return [cuda, ascend]
+
+
+def test_twenty_percent_ramp_over_ten_thousand_jobs(golden_job, ramp):
+    decisions = [decide(golden_job.with_id(f"job-{i:05d}"), ramp) for i in range(10_000)]
+    shares = ramp_shares(decisions)
+    assert set(shares) == {"nvidia", "ascend"}
+    assert shares["ascend"] == pytest.approx(0.20, abs=0.01)
+
+
+def test_ramp_follows_the_weights(golden_job, ramp):
+    # A planted fault (weights ignored, or swapped) would move the share far from 5%.
+    ramp = [replace(ramp[0], weight=95), replace(ramp[1], weight=5)]
+    shares = ramp_shares([decide(golden_job.with_id(f"w{i}"), ramp) for i in range(10_000)])
+    assert shares["ascend"] == pytest.approx(0.05, abs=0.01)
+
+
+def test_resubmitted_job_lands_in_the_same_pool(golden_job, ramp):
+    for i in range(200):
+        job = golden_job.with_id(f"resubmit-{i}")
+        first = decide(job, ramp).pool
+        assert all(decide(job, list(reversed(ramp))).pool == first for _ in range(3))
+
+
+def test_ticket_is_the_same_in_another_process():
+    """Python's hash() is salted per process; a resubmission from another process must agree."""
+    code = "from accelport.pools.router import ticket; print(repr(ticket('job-42')))"
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+        assert float(out) == ticket("job-42")
+
+
+def test_drained_pool_receives_nothing(golden_job, ramp):
+    drained = [ramp[0], replace(ramp[1], state=PoolState.DRAIN)]
+    decisions = [decide(golden_job.with_id(f"d{i}"), drained) for i in range(2_000)]
+    assert {d.pool for d in decisions} == {"nvidia"}
+    pinned = decide(golden_job, drained, pin="ascend")
+    assert pinned.pool is None and "drained" in pinned.reason
+
+
+def test_with_load_signals_the_fuller_pool_is_avoided(golden_job, ramp):
+    signals = {
+        "nvidia": Load(total=64, used=64, pending_jobs=5, pending_devices=40),
+        "ascend": Load(total=64, used=8, pending_jobs=0, pending_devices=0),
+    }
+    decisions = [decide(golden_job.with_id(f"l{i}"), ramp, signals) for i in range(1_000)]
+    assert {d.pool for d in decisions} == {"ascend"}
+    # Reversed load, reversed answer: the signal decides, not the pool's name or state.
+    signals = {"nvidia": signals["ascend"], "ascend": signals["nvidia"]}
+    decisions = [decide(golden_job.with_id(f"l{i}"), ramp, signals) for i in range(1_000)]
+    assert {d.pool for d in decisions} == {"nvidia"}
+    moved = next(d for d in decisions if d.reason.startswith("ascend is full"))
+    assert "can start it now" in moved.reason
+
+
+def test_least_loaded_policy_picks_lower_pressure(golden_job, ramp):
+    signals = {"nvidia": Load(total=64, used=40), "ascend": Load(total=64, used=20)}
+    decisions = {decide(golden_job.with_id(f"q{i}"), ramp, signals, policy="least-loaded").pool for i in range(100)}
+    assert decisions == {"ascend"}
+
+
+def test_load_with_room_keeps_the_ramp(golden_job, ramp):
+    signals = {"nvidia": Load(total=64, used=16), "ascend": Load(total=64, used=0)}
+    shares = ramp_shares([decide(golden_job.with_id(f"r{i}"), ramp, signals) for i in range(5_000)])
+    assert shares["ascend"] == pytest.approx(0.20, abs=0.02)
+
+
+def test_failover_goes_to_backups_in_order(golden_job, ramp, golden_pools):
+    backup_a = replace(golden_pools["amd"], state=PoolState.BACKUP, failover_order=2, capacity=64)
+    backup_b = replace(golden_pools["cambricon"], state=PoolState.BACKUP, failover_order=1, capacity=64)
+    drained = [replace(p, state=PoolState.DRAIN) for p in ramp]
+    decision = decide(golden_job, [*drained, backup_a, backup_b])
+    assert decision.pool == "cambricon" and "failover" in decision.reason
+    # Backups take nothing while an active pool can.
+    assert {decide(golden_job.with_id(f"b{i}"), [*ramp, backup_a, backup_b]).pool for i in range(500)} <= {"nvidia", "ascend"}
+    # Every active pool full: the first backup with room.
+    full = {"nvidia": Load(total=64, used=64), "ascend": Load(total=64, used=64), "cambricon": Load(total=64, used=0)}
+    assert decide(golden_job, [*ramp, backup_a, backup_b], full).pool == "cambricon"
+
+
+def test_a_job_larger_than_every_pool_is_never_split(golden_job, ramp):
+    big = replace(golden_job, nodes=20, devices_per_node=8)  # 160 devices, pools hold 64 each
+    decision = decide(big, ramp)
+    assert decision.pool is None
+    assert "never splits" in decision.reason
+    assert all(not c.eligible for c in decision.candidates)
+
+
+def test_pool_without_image_for_its_vendor_is_not_eligible(golden_job, ramp, golden_pools):
+    kube = replace(golden_pools["nvidia"].on("kubernetes"), state=PoolState.PRIMARY, weight=1)
+    job = replace(golden_job, images={"npu": "reg/ft:npu"})
+    decision = decide(job, [kube])
+    assert decision.pool is None and "no image for vendor cuda" in decision.reason
+
+
+def test_http_route_weights_follow_states(ramp, golden_pools):
+    backup = replace(golden_pools["amd"], state=PoolState.BACKUP, weight=50)
+    drained = replace(golden_pools["cambricon"], state=PoolState.DRAIN, weight=50)
+    assert http_route_weights([*ramp, backup, drained]) == {"nvidia": 80, "ascend": 20, "amd": 0, "cambricon": 0}
