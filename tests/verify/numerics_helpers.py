@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -31,8 +32,10 @@ def buggy_relu(scale: float = 1.01) -> Iterator[None]:
 
     This is what a wrong vendor kernel looks like from PyTorch: the same ATen op, a wrong result.
     """
-    library = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - overriding an existing op is the point
-    library.impl("relu", lambda x: torch.clamp_min(x, 0) * scale, "CPU")
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "overriding a previously registered kernel": the point
+        library.impl("relu", lambda x: torch.clamp_min(x, 0) * scale, "CPU")
     try:
         yield
     finally:

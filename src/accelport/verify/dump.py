@@ -120,10 +120,11 @@ class _Stats:
             lo, hi = torch.aminmax(flat)
             values = [lo.item(), hi.item(), flat.sum().item()]
         finite = flat.numel()
-        square = torch.dot(flat, flat).item()
+        # ATen's own reductions, not BLAS dot: a multi-threaded BLAS call stalls on busy cores.
+        l2 = torch.linalg.vector_norm(flat).item()
         absolute = flat.abs().sum().item()
         zero = finite - int(torch.count_nonzero(flat))
-        return [values[0], values[1], values[2] / finite, math.sqrt(square), absolute / finite, nan, inf, zero]
+        return [values[0], values[1], values[2] / finite, l2, absolute / finite, nan, inf, zero]
 
     def _device(self, flat: Any, n: int) -> int:
         torch = self.torch
@@ -316,7 +317,8 @@ class Capture:
             return
         self._flush()
         assert self._manifest is not None
-        self._manifest.write({"k": "end", "records": self._seq, "steps": self.current_step + 1, "closed": _now()})
+        # records: lines between the header and this one, so a reader can tell a complete dump.
+        self._manifest.write({"k": "end", "records": self._manifest.records - 1, "steps": self.current_step + 1, "closed": _now()})
         if self._store is not None:
             self._store.close()
         self._manifest.close()
