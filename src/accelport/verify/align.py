@@ -9,6 +9,7 @@ subsequence match (difflib), so memory stays at two windows however long the dum
 from __future__ import annotations
 
 import difflib
+import json
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -117,7 +118,13 @@ def fuse(records: Iterable[Record], patterns: list[tuple[str, tuple[str, ...]]])
         name, count = matched
         group = [window.popleft() for _ in range(count)]
         produced = {g["seq"] for g in group}
-        inputs = [t for g in group for t in g.get("in", []) if t.get("src") not in produced]
+        inputs, seen = [], set()
+        for g in group:
+            for t in g.get("in", []):
+                ident = (t.get("src"), t.get("file"), t.get("start"), json.dumps(t.get("stats")))
+                if t.get("src") not in produced and ident not in seen:
+                    seen.add(ident)
+                    inputs.append(t)
         yield {
             **group[-1],
             "op": name,

@@ -90,10 +90,12 @@ def _read_jsonl(path: Path, text: str) -> Run:
         if step_key is None:
             raise UserError(f"{path}:{number}: no step field ({', '.join(STEP_NAMES)})")
         step = int(row[step_key])
+        repeated = False
         for key, value in row.items():
             number_value = _number(value) if key != step_key and not isinstance(value, bool) else None
             if number_value is not None:
-                duplicates += _store(series, key, step, number_value)
+                repeated |= _store(series, key, step, number_value)
+        duplicates += repeated
     return Run(path, series, duplicates)
 
 
@@ -114,12 +116,14 @@ def _read_csv(path: Path, text: str) -> Run:
         step = _number(row[step_col]) if step_col < len(row) else None
         if step is None:
             continue
+        repeated = False
         for index, cell in enumerate(row):
             if index == step_col or index >= len(names):
                 continue
             value = _number(cell)
             if value is not None:
-                duplicates += _store(series, names[index], int(step), value)
+                repeated |= _store(series, names[index], int(step), value)
+        duplicates += repeated
     return Run(path, series, duplicates)
 
 
@@ -284,7 +288,9 @@ def compare_curves(
     test_runs = [read_run(t) for t in tests]
     seed_runs = [read_run(s) for s in seeds]
     if metrics is None:
-        metrics = [m for m in ("loss", "grad_norm") if _metric_key(ref_run, m)] or sorted(ref_run.series)
+        everyone = [ref_run, *test_runs, *seed_runs]
+        metrics = [m for m in ("loss", "grad_norm") if all(_metric_key(r, m) for r in everyone)]
+        metrics = metrics or sorted(set.intersection(*(set(r.series) for r in everyone)))
     if not metrics:
         raise UserError(f"{ref}: no metrics found; expected columns or tags such as loss and grad_norm")
     judged = set(judge) if judge is not None else {m for m in metrics if m.split("/")[-1] in DEFAULT_JUDGED} or {metrics[0]}
