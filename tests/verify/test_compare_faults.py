@@ -9,9 +9,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from numerics_helpers import buggy_relu, dump, tinylm, train_step  # noqa: E402
+from numerics_helpers import buggy_relu, dump, tinylm, train_step
 
-from accelport.verify.compare import compare_dumps  # noqa: E402
+from accelport.verify.compare import compare_dumps
 
 
 def bf16_step(model):

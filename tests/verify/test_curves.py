@@ -85,7 +85,7 @@ def test_appended_logs_keep_the_last_value_of_a_step(tmp_path):
 def test_bad_inputs_name_the_file(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("")
-    with pytest.raises(UserError, match="empty.csv: empty log"):
+    with pytest.raises(UserError, match=r"empty\.csv: empty log"):
         read_run(empty)
     nostep = tmp_path / "nostep.csv"
     nostep.write_text("epoch,loss\n0,1\n")

@@ -14,10 +14,10 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from numerics_helpers import dump, tinylm, train_step  # noqa: E402
+from numerics_helpers import dump, tinylm, train_step
 
-from accelport.errors import UserError  # noqa: E402
-from accelport.verify import capture, dumpfile  # noqa: E402
+from accelport.errors import UserError
+from accelport.verify import capture, dumpfile
 
 
 def records(folder: Path) -> list[dict]:
@@ -162,3 +162,20 @@ def test_header_records_environment_and_end_record_closes(tinylm_dump):
     info = dumpfile.DumpInfo(tinylm_dump, {})
     list(dumpfile.iter_records(tinylm_dump, info))
     assert not info.truncated
+
+
+def test_statistics_of_a_large_tensor_swept_on_two_threads(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1_200_001, generator=g)
+    x[::7] = 0.0
+    x[123_456] = float("inf")
+    with capture(tmp_path / "d", step_on="manual"):
+        torch.neg(x)
+    stats = dict(zip(dumpfile.STAT_FIELDS, next(r for r in records(tmp_path / "d") if r.get("op") == "aten.neg.default")["out"][0]["stats"], strict=True))
+    y = -x.numpy().astype(np.float64)
+    finite = y[np.isfinite(y)]
+    assert (stats["min"], stats["max"]) == (finite.min(), finite.max())
+    assert stats["mean"] == pytest.approx(finite.mean(), rel=1e-4, abs=1e-6)
+    assert stats["l2"] == pytest.approx(np.sqrt((finite**2).sum()), rel=1e-5)
+    assert stats["abs_mean"] == pytest.approx(np.abs(finite).mean(), rel=1e-5)
+    assert (stats["nan"], stats["inf"], stats["zero"]) == (0, 1, int((finite == 0).sum()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -36,10 +37,16 @@ def script(tmp_path) -> Path:
 def test_wrapper_dumps_an_unmodified_script(cli, script, tmp_path, monkeypatch):
     import sys
 
-    monkeypatch.setenv("PYTHONPATH", str(REPO / "src"))
+    # The program's own sitecustomize (a virtualenv's, `accelport run`'s) must still run.
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "site-ran"
+    (site / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "src"), str(site)]))
     out = tmp_path / "dump"
     result = cli("dump", "-o", out, "--steps", "1..2", "--filter", "module:TinyLM.blocks.*", "--", sys.executable, script)
     assert result.code == 0, result.err
+    assert marker.exists()
     assert "3 steps" not in result.out and "2 steps" in result.out and "complete" in result.out
     header = json.loads((out / dumpfile.MANIFEST).read_text().splitlines()[0])
     assert header["argv"][0].endswith("train.py") and header["filters"]["modules"] == ["TinyLM.blocks.*"]

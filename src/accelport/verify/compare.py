@@ -146,7 +146,7 @@ class _Comparer:
         self.replay_ratio = options.replay_ratio or float(defaults["compare"]["replay_ratio"])
         self.cache: OrderedDict[tuple, TensorDiff] = OrderedDict()
         self.pool = ThreadPoolExecutor(max_workers=options.threads) if options.threads > 1 else None
-        self.spool = tempfile.TemporaryFile("w+", encoding="utf-8")
+        self.spool = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 - owned by the result, closed by its close()
         self.counts = {
             k: 0 for k in ("rows", "matched", "only_ref", "only_test", "failed", "tensors", "after_truncation", "benign_extra", "replayed", "op_bugs", "drift")
         }

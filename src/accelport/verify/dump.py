@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import weakref
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -55,6 +56,7 @@ _FACTORY_PREFIXES = ("aten.empty", "aten.new_empty", "aten.zeros", "aten.ones", 
 _UNINITIALISED_PREFIXES = ("aten.empty", "aten.new_empty")
 
 PHASES = ("forward", "backward", "optimizer", "other")
+_HOST_CHUNK = 1 << 16  # elements per statistics sweep on the CPU: 256 KiB of float32 stays in L2
 
 
 def _parse_steps(steps: str | tuple[int, int] | range | None) -> tuple[int, int | None]:
@@ -83,6 +85,8 @@ class _Stats:
         self.torch = torch
         self.host = host  # CPU tensors: read the numbers right away (no device to synchronise)
         self.pending: list[Any] = []  # device tensors of 8 numbers, waiting for one copy
+        self._buffers: dict[tuple, Any] = {}  # scratch arrays, per thread
+        self._pool: Any = None  # second thread for large tensors
 
     def compute(self, t: Any) -> list[float] | int | None:
         """A list of numbers (host) or an index into the pending batch (device); None when not numeric."""
@@ -90,41 +94,119 @@ class _Stats:
         x = t.detach()
         if x.is_complex() or x.layout != torch.strided or x.device.type == "meta" or x.is_quantized:
             return None
+        n = x.numel()
+        if n == 0:
+            return [math.nan, math.nan, math.nan, 0.0, math.nan, 0, 0, 0]
+        host = self.host and x.device.type == "cpu"
         if x.dtype == torch.bool:
+            if host:
+                ones = int(torch.count_nonzero(x))
+                low, high = (1.0 if ones == n else 0.0), (1.0 if ones else 0.0)
+                return [low, high, ones / n, math.sqrt(ones), ones / n, 0, 0, n - ones]
             x = x.to(torch.uint8)
         if not x.is_floating_point():
             x = x.double()
         elif x.dtype not in (torch.float32, torch.float64):
             x = x.float()
-        n = x.numel()
-        if n == 0:
-            return [math.nan, math.nan, math.nan, 0.0, math.nan, 0, 0, 0]
         flat = x.reshape(-1)
-        if self.host and x.device.type == "cpu":
+        if host:
+            if not flat.is_contiguous():
+                flat = flat.contiguous()
             return self._host(flat, n)
         return self._device(flat, n)
 
     def _host(self, flat: Any, n: int) -> list[float]:
-        torch = self.torch
-        lo, hi = torch.aminmax(flat)
-        total = flat.sum()
-        values = [lo.item(), hi.item(), total.item()]
-        nan = inf = 0
-        if not math.isfinite(values[0] + values[1] + values[2]):
-            isnan = flat.isnan()
-            nan = int(isnan.sum())
-            inf = int(flat.isinf().sum())
-            flat = flat[~(isnan | flat.isinf())]
-            if flat.numel() == 0:
-                return [math.nan, math.nan, math.nan, math.nan, math.nan, nan, inf, 0]
-            lo, hi = torch.aminmax(flat)
-            values = [lo.item(), hi.item(), flat.sum().item()]
-        finite = flat.numel()
-        # ATen's own reductions, not BLAS dot: a multi-threaded BLAS call stalls on busy cores.
-        l2 = torch.linalg.vector_norm(flat).item()
-        absolute = flat.abs().sum().item()
-        zero = finite - int(torch.count_nonzero(flat))
-        return [values[0], values[1], values[2] / finite, l2, absolute / finite, nan, inf, zero]
+        """One sweep over cache-sized chunks with numpy.
+
+        Many small reductions through torch's thread pool stall whenever the other cores are
+        busy (each parallel region waits for every thread); numpy's reductions on a chunk that
+        stays in cache cost a few microseconds each and never wait. A large tensor is split
+        in two halves swept on two threads (numpy releases the GIL), like torch's own ops.
+        """
+        values = flat.numpy()
+        if n >= 8 * _HOST_CHUNK:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelport-stats")
+            half = (n // 2 // _HOST_CHUNK) * _HOST_CHUNK
+            other = self._pool.submit(self._sweep, values[half:])
+            parts = [self._sweep(values[:half]), other.result()]
+        else:
+            parts = [self._sweep(values)]
+        lo = min(p[0] for p in parts)
+        hi = max(p[1] for p in parts)
+        total, square, absolute = (sum(p[i] for p in parts) for i in (2, 3, 4))
+        nan, inf, zero, finite = (sum(p[i] for p in parts) for i in (5, 6, 7, 8))
+        if finite == 0:
+            return [math.nan, math.nan, math.nan, math.nan, math.nan, nan, inf, 0]
+        return [lo, hi, total / finite, math.sqrt(square), absolute / finite, nan, inf, zero]
+
+    def _sweep(self, values: Any) -> tuple:
+        """(min, max, sum, sum of squares, sum of |x|, nan, inf, zeros, finite count) of a 1-D array."""
+        import numpy as np
+
+        n = values.shape[0]
+        chunk = _HOST_CHUNK
+        scratch = self._scratch(values.dtype, min(n, chunk))
+        ones = self._ones(values.dtype, min(n, chunk))
+        flags = self._flags(min(n, chunk))
+        lo, hi = math.inf, -math.inf
+        total = square = absolute = 0.0
+        zero = nan = inf = finite = 0
+        for begin in range(0, n, chunk):
+            part = values[begin : begin + chunk]
+            m = part.shape[0]
+            part_sum = float(np.dot(part, ones[:m]))
+            if not math.isfinite(part_sum):
+                # Rare: NaN/Inf in this chunk. Count them and keep them out of the statistics.
+                bad = ~np.isfinite(part)
+                nan += int(np.count_nonzero(np.isnan(part)))
+                inf += int(np.count_nonzero(np.isinf(part)))
+                part = part[~bad]
+                m = part.shape[0]
+                if m == 0:
+                    continue
+                part_sum = float(part.sum(dtype=np.float64))
+                if not math.isfinite(part_sum):  # finite elements whose float32 sum overflowed
+                    part = part.astype(np.float64)
+                part_scratch = np.abs(part)
+            else:
+                part_scratch = np.abs(part, out=scratch[:m])
+            finite += m
+            lo = min(lo, float(part.min()))
+            hi = max(hi, float(part.max()))
+            total += part_sum
+            square += float(np.dot(part, part))
+            absolute += float(np.dot(part_scratch, ones[:m])) if part_scratch.dtype == ones.dtype else float(part_scratch.sum())
+            zero += int(np.count_nonzero(np.equal(part, 0, out=flags[:m])))
+        return lo, hi, total, square, absolute, nan, inf, zero, finite
+
+    def _scratch(self, dtype: Any, size: int) -> Any:
+        import numpy as np
+
+        key = ("scratch", dtype.str, threading.get_ident())
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.shape[0] < size:
+            buffer = self._buffers[key] = np.empty(size, dtype)
+        return buffer
+
+    def _flags(self, size: int) -> Any:
+        import numpy as np
+
+        key = ("flags", "bool", threading.get_ident())
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.shape[0] < size:
+            buffer = self._buffers[key] = np.empty(size, bool)
+        return buffer
+
+    def _ones(self, dtype: Any, size: int) -> Any:
+        import numpy as np
+
+        buffer = self._buffers.get(("ones", dtype.str))
+        if buffer is None or buffer.shape[0] < size:
+            buffer = self._buffers[("ones", dtype.str)] = np.ones(size, dtype)
+        return buffer
 
     def _device(self, flat: Any, n: int) -> int:
         torch = self.torch
@@ -248,6 +330,7 @@ class Capture:
         self._handles: list[Any] = []
         self._mode: Any = None
         self._frame_cache: dict[Any, bool] = {}
+        self._op_names: dict[Any, str] = {}
         self._stats: _Stats | None = None
         self._library_roots: tuple[str, ...] = ()
         self._stdlib = ""
@@ -313,6 +396,8 @@ class Capture:
             handle.remove()
         self._handles = []
         self._grad_hooks = []
+        if self._stats is not None and self._stats._pool is not None:
+            self._stats._pool.shutdown()
         if os.getpid() != self._pid or not self._opened:
             return
         self._flush()
@@ -539,7 +624,9 @@ class Capture:
         if self._busy or not self._active():
             return func(*args, **kwargs)
         phase = self._phase()
-        op = str(func)
+        op = self._op_names.get(func)
+        if op is None:
+            op = self._op_names[func] = str(func)
         module = self._module(phase)
         if phase not in self.phases or not self._wanted(module, op):
             return func(*args, **kwargs)

@@ -88,12 +88,10 @@ def _tensor_scalar(buf: bytes) -> float | None:
             dtype = value
         elif number == 4 and wire == 2:
             content = value  # type: ignore[assignment]
-        elif number == 5:
-            raw = value if wire == 2 else value
-            floats += list(struct.unpack(f"<{len(raw) // 4}f", raw))  # type: ignore[arg-type]
+        elif number == 5:  # packed (wire 2) or one fixed32 (wire 5): both are raw little-endian floats
+            floats += list(struct.unpack(f"<{len(value) // 4}f", value))  # type: ignore[arg-type]
         elif number == 6:
-            raw = value
-            floats += list(struct.unpack(f"<{len(raw) // 8}d", raw))  # type: ignore[arg-type]
+            floats += list(struct.unpack(f"<{len(value) // 8}d", value))  # type: ignore[arg-type]
     if floats:
         return floats[0]
     if content:

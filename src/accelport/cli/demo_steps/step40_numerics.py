@@ -79,7 +79,7 @@ def _in_process(ctx, work: Path) -> tuple[Path, Path, Path]:
     ctx.say("  of examples/legacy_cuda_app/model.py in this process instead (REF, then TEST, on the CPU)")
     ref = step(work / "original")
     test = step(work / "migrated")
-    ctx.say(f"  planted a fault: blocks.1.ln2 built with eps=1e-2 instead of 1e-5")
+    ctx.say("  planted a fault: blocks.1.ln2 built with eps=1e-2 instead of 1e-5")
     fault = step(work / "fault", eps=1e-2)
     return ref, test, fault
 
