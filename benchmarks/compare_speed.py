@@ -52,7 +52,10 @@ else:
                     total += got
     out = {"bytes_read": total}
 out["seconds"] = time.perf_counter() - start
-out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM belongs to this process image; ru_maxrss would carry the forking parent's peak over exec.
+status = Path("/proc/self/status")
+hwm = [line for line in status.read_text().splitlines() if line.startswith("VmHWM:")] if status.exists() else []
+out["peak_rss_mb"] = int(hwm[0].split()[1]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out))
 """
 

@@ -190,3 +190,38 @@ def test_tolerance_override_changes_the_verdict(tmp_path):
     with compare_dumps(ref, test, tolerances={"float32": (1e-2, 1e-2)}) as loose:
         assert loose.passed
     assert math.isfinite(loose.seconds)
+
+
+@pytest.mark.parametrize("window", [3, 8, 2048])
+def test_windowed_alignment_pairs_every_common_record(window):
+    from accelport.verify.align import align
+
+    def rec(name, step=0):
+        return {"k": "op", "step": step, "phase": "forward", "module": "m", "op": name, "out": [{"shape": [2]}]}
+
+    ref = [rec(f"op{i}") for i in range(20)] + [rec("tail", 1), rec("only_ref_step", 1)]
+    test = [rec(f"op{i}") for i in range(20) if i != 15]
+    test.insert(5, rec("extra_a"))
+    test.insert(12, rec("extra_b"))
+    test += [rec("tail", 1)]
+    pairs = list(align(iter(ref), iter(test), window=window))
+    matched = [(r["op"], t["op"]) for r, t in pairs if r and t]
+    assert matched == [(f"op{i}", f"op{i}") for i in range(20) if i != 15] + [("tail", "tail")]
+    assert sorted(t["op"] for r, t in pairs if r is None) == ["extra_a", "extra_b"]
+    assert sorted(r["op"] for r, t in pairs if t is None) == ["only_ref_step", "op15"]
+
+
+def test_checksums_prove_identical_tensors_without_reading_them(tmp_path):
+    x = torch.linspace(-3, 3, 1000)
+    options = {"step_on": "manual", "checksums": True}
+    with capture(tmp_path / "a", **options):
+        torch.exp(x)
+    with capture(tmp_path / "b", **options):
+        torch.exp(x)
+    with capture(tmp_path / "c", **options):
+        torch.exp(x * 1.0000001)
+    with compare_dumps(tmp_path / "a", tmp_path / "b") as same:
+        assert same.passed and all(r["source"] == "checksum" for r in same.rows())
+    with compare_dumps(tmp_path / "a", tmp_path / "c") as close:
+        sources = {r["op"]: r.get("source") for r in close.rows()}
+        assert close.passed and sources["aten.exp.default"] == "stats"  # bits differ: judged by value

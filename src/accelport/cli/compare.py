@@ -51,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
         top=args.top,
     )
     try:
-        emit(RENDERERS[args.format](result), args.output)
+        if args.format == "csv":
+            _stream_csv(result, args.output)
+        else:
+            emit(RENDERERS[args.format](result), args.output)
         truncated = [side.upper() for side in ("ref", "test") if result.truncated[side]]
     finally:
         result.close()
@@ -61,6 +64,23 @@ def run(args: argparse.Namespace) -> int:
         path = args.ref if side == "ref" else args.test
         raise UserError(f"{path}: dump is truncated ({detail}); the report covers what was flushed — rerun the dump, or pass --allow-truncated to judge that part")
     return 0 if result.passed else 1
+
+
+def _stream_csv(result, output: str | None) -> None:
+    import sys
+
+    from accelport.fileio import atomic_open
+    from accelport.verify.numerics_report import write_csv
+
+    if output and output != "-":
+        try:
+            with atomic_open(output, "w") as handle:
+                write_csv(result, handle)
+        except OSError as exc:
+            raise UserError(f"{output}: cannot write ({exc.strerror}); choose another -o path") from None
+    else:
+        write_csv(result, sys.stdout)
+        sys.stdout.flush()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -194,6 +194,10 @@ class _StepReader:
             count += 1
         return count
 
+    def step_read(self, step: int, count: int) -> bool:
+        """Are all records of `step` in the buffer (the first `count` are of it, and nothing follows)?"""
+        return count < len(self.buffer) or self.done
+
     def take_step(self, step: int) -> Iterator[Record]:
         while True:
             self.fill(step, 1)
@@ -232,11 +236,19 @@ def _align_step(ref: _StepReader, test: _StepReader, step: int, window: int) -> 
             for _ in range(n_t):
                 yield None, test.buffer.popleft()
             continue
-        first = blocks[0]
-        # Unmatched records before the first common run, in execution order of each side.
-        for _ in range(first.a):
-            yield ref.buffer.popleft(), None
-        for _ in range(first.b):
-            yield None, test.buffer.popleft()
-        for _ in range(first.size):
-            yield ref.buffer.popleft(), test.buffer.popleft()
+        # Emit every common run the windows show, except a last one that touches a window's
+        # edge while more of the step is still unread (it may continue differently).
+        whole_r = ref.step_read(step, n_r)
+        whole_t = test.step_read(step, n_t)
+        last = blocks[-1]
+        if len(blocks) > 1 and not (whole_r and whole_t) and (last.a + last.size >= n_r or last.b + last.size >= n_t):
+            blocks = blocks[:-1]
+        pos_a = pos_b = 0
+        for block in blocks:
+            for _ in range(block.a - pos_a):
+                yield ref.buffer.popleft(), None
+            for _ in range(block.b - pos_b):
+                yield None, test.buffer.popleft()
+            for _ in range(block.size):
+                yield ref.buffer.popleft(), test.buffer.popleft()
+            pos_a, pos_b = block.a + block.size, block.b + block.size

@@ -79,6 +79,10 @@ class CompareResult:
         return "pass" if self.passed else "fail"
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON (non-finite numbers as the strings 'inf', '-inf', 'nan')."""
+        return _json_safe(self._data())
+
+    def _data(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
             "reasons": self.reasons,
@@ -117,6 +121,16 @@ class CompareResult:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return dumpfile.clean_float(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def _identity(record: Mapping[str, Any] | None) -> dict[str, Any]:

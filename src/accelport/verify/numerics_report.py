@@ -121,16 +121,21 @@ def render_text(result: CompareResult) -> str:
 
 
 def render_json(result: CompareResult) -> str:
-    return json.dumps(result.to_dict(), indent=2) + "\n"
+    return json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n"
 
 
-def render_csv(result: CompareResult) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
+def write_csv(result: CompareResult, handle: Any) -> None:
+    """Every row, streamed from the spool to `handle` (memory does not grow with the dump)."""
+    writer = csv.writer(handle)
     writer.writerow(CSV_COLUMNS)
     for row in result.rows():
         merged = {**row, **(row.get("metrics") or {})}
         writer.writerow(["" if merged.get(c) is None else merged.get(c) for c in CSV_COLUMNS])
+
+
+def render_csv(result: CompareResult) -> str:
+    buffer = io.StringIO()
+    write_csv(result, buffer)
     return buffer.getvalue()
 
 
