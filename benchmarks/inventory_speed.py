@@ -7,7 +7,12 @@ about a quarter of the files use CUDA APIs, then times, start-up included:
     writing its hits to a pipe, as a user reading them would (median of --repeat runs).
 Prints one JSON object: wall times, lines per second, peak RSS, the ratio and the target (<= 15x grep).
 
+The "cxx" section does the same on a generated C++/CUDA tree (inventory_cxx_speed.py):
+accelport's lines per second beside grep's wall time, and `hipify-perl --examine` on the
+same files when --hipify-perl PATH is given.
+
     python benchmarks/inventory_speed.py [--tree DIR] [--lines 500000] [--repeat 5] [--jobs N]
+                                         [--cxx-lines 100000] [--hipify-perl PATH]
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from inventory_cxx_speed import build_tree as build_cxx_tree
+from inventory_cxx_speed import cxx_benchmark
 from synthetic_tree import build_python_tree
 
 GREP_PATTERN = "cudaMalloc|cudaMemcpy|cublas|nccl|torch.cuda|numba.cuda"
@@ -89,6 +96,8 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=500_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--jobs", type=int, help="accelport --jobs (default: its own default, the core count)")
+    parser.add_argument("--cxx-lines", type=int, default=100_000, help="size of the C++/CUDA tree (0: skip the C++ section)")
+    parser.add_argument("--hipify-perl", type=Path, help="a hipify-perl script to time with --examine on the C++ tree")
     args = parser.parse_args()
     workdir = None
     if args.tree:
@@ -98,8 +107,14 @@ def main() -> None:
         workdir = Path(tempfile.mkdtemp(prefix="accelport-bench-"))
         tree = workdir / "tree"
         built = build_python_tree(tree, lines=args.lines)
+    cxx = None
     try:
         python = measure(tree, args.repeat, args.jobs)
+        if args.cxx_lines:
+            with tempfile.TemporaryDirectory(prefix="accelport-bench-cxx-") as scratch:
+                cxx_tree = Path(scratch) / "tree"
+                build_cxx_tree(cxx_tree, args.cxx_lines)
+                cxx = cxx_benchmark(cxx_tree, args.jobs, args.hipify_perl, repeat=args.repeat)
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -110,6 +125,7 @@ def main() -> None:
         "python": python,
         "target_ratio_max": TARGET_RATIO,
         "python_meets_target": python["ratio_vs_grep"] <= TARGET_RATIO,
+        "cxx": cxx,
     }
     print(json.dumps(result, indent=2))
 

@@ -15,7 +15,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "legacy_cuda_app"
 def test_example_inventory_table(cli):
     result = cli("inventory", EXAMPLE)
     assert result.code == 0
-    assert "route A: framework-level port" in result.out
+    assert "route B: operator rewrite" in result.out  # the CUDA extension in csrc/
     assert "train.py" in result.out and "AP1004" in result.out
 
 
@@ -30,7 +30,8 @@ def test_every_format_writes_a_file(cli, tmp_path, fmt):
 def test_fail_on_thresholds(cli):
     assert cli("inventory", EXAMPLE, "--fail-on", "low", "--format", "json").code == 1
     assert cli("inventory", EXAMPLE, "--fail-on", "medium", "--format", "json").code == 1  # get_device_capability
-    assert cli("inventory", EXAMPLE, "--fail-on", "high", "--format", "json").code == 0
+    assert cli("inventory", EXAMPLE, "--fail-on", "high", "--format", "json").code == 1  # CUDAExtension in setup.py
+    assert cli("inventory", EXAMPLE / "train.py", "--fail-on", "high", "--format", "json").code == 0
 
 
 def test_target_rocm_needs_no_effort_for_torch_cuda(cli):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from accelport import __version__, knowledge
 from accelport.findings import BackendStatus, Effort, Finding, Report, SkippedFile, sorted_findings
 from accelport.inventory.base import ScanSkipped, SourceFile
+from accelport.inventory.cxx import link_kernel_launches
 from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
 from accelport.inventory.route import summarise
 from accelport.inventory.scanners import all_scanners
@@ -170,7 +171,7 @@ def scan(
             continue
         scanned += 1
         findings.extend(result.findings)
-    findings = sorted_findings(findings)
+    findings = link_kernel_launches(sorted_findings(findings))
     if target is not None:
         findings = retarget(findings, target)
     route, effort, files = summarise(findings)

@@ -256,7 +256,7 @@ def render_sarif(report: Report) -> str:
                     "effort": rule.effort.value,
                     "autofix": rule.autofix,
                     "route": rule.route.value,
-                    "tags": [rule.category.value, rule.family],
+                    "tags": list(dict.fromkeys([rule.category.value, rule.family])),  # SARIF tags are a set
                 },
             }
         )

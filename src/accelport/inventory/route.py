@@ -16,6 +16,9 @@ from accelport.findings import (
     RouteDecision,
 )
 
+# Kernel definitions (inventory/cxx.py); their `replacement` names a portable operator when one is known.
+KERNEL_RULE = "AP5001"
+
 
 @knowledge.derived_cache
 def _settings() -> dict:
@@ -61,6 +64,15 @@ def decide(findings: Sequence[Finding], effort: EffortEstimate) -> RouteDecision
     b_categories = Counter(f.category for f in b_findings)
     described = ", ".join(f"{n} {c.title}" for c, n in sorted(b_categories.items(), key=lambda kv: kv[0].digit))
     reasons.append(f"operator-level work: {described}")
+    kernels = [f for f in b_findings if f.rule_id == KERNEL_RULE]
+    if kernels:
+        covered = sum(1 for f in kernels if f.replacement)
+        libraries = by_category[Category.LIBRARY_CALL]
+        hazards = by_category[Category.SEMANTIC_HAZARD]
+        reasons.append(
+            f"{len(kernels)} hand-written CUDA kernel(s), {covered} with a portable accelport operator; "
+            f"{libraries} CUDA library call(s); {hazards} semantic hazard(s) to review"
+        )
     settings = _settings()["route"]
     b_effort = estimate(b_findings)
     high = b_effort.by_level.get("high", 0)

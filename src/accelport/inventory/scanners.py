@@ -10,9 +10,21 @@ from accelport.inventory.base import FileScanner
 @cache
 def all_scanners() -> tuple[FileScanner, ...]:
     """One instance of every scanner, in the order they claim files (first claim wins)."""
+    from accelport.inventory.binary import BinaryScanner
+    from accelport.inventory.buildfiles import BuildFileScanner, SetupScriptScanner
+    from accelport.inventory.cxx import CxxScanner
+    from accelport.inventory.manifests import ManifestScanner
     from accelport.inventory.python import NotebookScanner, PythonScanner
 
-    return (PythonScanner(), NotebookScanner())
+    return (
+        SetupScriptScanner(),  # setup.py: the Python scanner's findings plus nvcc flags and arch lists
+        PythonScanner(),
+        NotebookScanner(),
+        CxxScanner(),
+        BuildFileScanner(),
+        ManifestScanner(),
+        BinaryScanner(),
+    )
 
 
 def scanner_for(filename: str) -> FileScanner | None:

@@ -219,12 +219,15 @@ def _alias_lines(ctx: PyContext, tree: ast.Module, text: str) -> set[int]:
                 names.add(bound)
     if not names:
         return set()
-    pattern = re.compile(r"(?<![\w.])(?:" + "|".join(re.escape(n) for n in sorted(names)) + r")\b")
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(n) for n in sorted(names)) + r")\b")
     found = set()
     line, position = 1, 0
     for match in pattern.finditer(text):
-        line += text.count("\n", position, match.start())
-        position = match.start()
+        start = match.start()
+        if start and text[start - 1] == ".":
+            continue  # an attribute of something else (`x.autocast`), not the imported name
+        line += text.count("\n", position, start)
+        position = start
         found.add(line)
     return found
 

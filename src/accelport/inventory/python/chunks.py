@@ -24,41 +24,61 @@ def split_lines(text: str) -> list[str]:
     return LINE_BREAK.split(text)
 
 
-def _triple_state(line: str, state: str | None) -> str | None:
-    """Whether a triple-quoted string is open after this line, given whether one was open before it."""
-    for match in _TRIPLE.finditer(line):
-        quote = match.group()
-        if state is None:
-            before = line[: match.start()]
-            hash_at = before.find("#")
-            if hash_at >= 0 and '"' not in before[:hash_at] and "'" not in before[:hash_at]:
-                break  # the rest of the line is a comment
-            state = quote
-        elif quote == state:
-            state = None
-    return state
+_COLUMN_ZERO = re.compile(r"^[A-Za-z_@][^\n]*", re.MULTILINE)
 
 
 def statement_starts(lines: list[str]) -> list[int]:
     """0-based indices of the lines that start a top-level statement."""
+    text = "\n".join(lines)
+    # Where triple-quoted strings open and close (quotes inside comments skipped).
+    string_edges = _string_ranges(lines) if ('"""' in text or "\'\'\'" in text) else []
     starts: list[int] = []
-    open_string: str | None = None
-    continued = False
     decorating = False
-    for index, line in enumerate(lines):
-        first = line[:1]
-        if open_string is None and not continued and (first.isalpha() or first in "_@"):
-            word = line.split(None, 1)[0].rstrip(":") if line.strip() else ""
-            if word not in _CONTINUATION:
-                if decorating and line.startswith(_DEFINITION):
-                    decorating = line.startswith("@")  # still inside one decorated definition
-                else:
-                    starts.append(index)
-                    decorating = line.startswith("@")
-        if '"""' in line or "'''" in line:
-            open_string = _triple_state(line, open_string)
-        continued = line.endswith("\\")
+    line_number = 0
+    position = 0
+    for match in _COLUMN_ZERO.finditer(text):
+        start = match.start()
+        line_number += text.count("\n", position, start)
+        position = start
+        if string_edges and bisect.bisect_right(string_edges, start) % 2 == 1:
+            continue  # inside a triple-quoted string
+        if start >= 2 and text[start - 2] == "\\":
+            continue  # the previous line ends with a backslash continuation
+        line = match.group()
+        word = line.split(None, 1)[0].rstrip(":")
+        if word in _CONTINUATION:
+            continue
+        if decorating and line.startswith(_DEFINITION):
+            decorating = line.startswith("@")  # still inside one decorated definition
+            continue
+        starts.append(line_number)
+        decorating = line.startswith("@")
     return starts
+
+
+def _string_ranges(lines: list[str]) -> list[int]:
+    """Offsets (in the \\n-joined text) where triple-quoted strings open and close, alternating."""
+    edges: list[int] = []
+    state: str | None = None
+    offset = 0
+    for line in lines:
+        if '"""' in line or "\'\'\'" in line:
+            for match in _TRIPLE.finditer(line):
+                quote = match.group()
+                if state is None:
+                    before = line[: match.start()]
+                    hash_at = before.find("#")
+                    if hash_at >= 0 and '"' not in before[:hash_at] and "'" not in before[:hash_at]:
+                        break
+                    state = quote
+                    edges.append(offset + match.start())
+                elif quote == state:
+                    state = None
+                    edges.append(offset + match.end())
+        offset += len(line) + 1
+    if state is not None:
+        edges.append(offset)  # unterminated: open to the end
+    return edges
 
 
 def _is_import_chunk(lines: list[str], start: int, end: int) -> bool:

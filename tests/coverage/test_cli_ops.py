@@ -1,0 +1,95 @@
+"""`accelport ops`: formats, exit codes, one-line errors, user lists, and the demo step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def no_env_lists(monkeypatch):
+    monkeypatch.delenv("ACCELPORT_OPLISTS", raising=False)
+
+
+def test_missing_fast_path_kernel_fails_with_module_and_advice(cli, model_spec):
+    result = cli("ops", model_spec("encoder_eval"), "--target", "npu", "musa")
+    assert result.code == 1, result.err
+    assert "FakeTensorMode" in result.out  # says how it was traced
+    line = next(ln for ln in result.out.splitlines() if ln.startswith("npu") and "_transformer_encoder_layer_fwd" in ln)
+    assert "missing" in line and "encoder.layers.0 (TransformerEncoderLayer)" in line and "coverage_models.py:74" in line
+    assert "set_fastpath_enabled(False)" in result.out
+    assert not any(ln.startswith("musa") and "missing" in ln for ln in result.out.splitlines())
+
+
+def test_json_holds_the_same_verdicts_as_the_table(cli, model_spec):
+    table = cli("ops", model_spec("encoder_eval"), "--target", "npu")
+    data = json.loads(cli("ops", model_spec("encoder_eval"), "--target", "npu", "--format", "json").out)
+    summary = data["targets"][0]["summary"]
+    row = next(ln.split() for ln in table.out.splitlines() if ln.startswith("npu ") and "torch_npu" in ln)
+    assert [int(n) for n in row[-6:]] == [summary[k] for k in ("native", "delegate", "composite", "unknown", "fallback", "missing")]
+    assert data["failed"] is True and data["trace"]["strategy"] == "fake" and data["trace"]["mode"] == "infer"
+    assert data["targets"][0]["oplist"]["source"].startswith("torch-npu 2.13.0 wheel")
+
+
+@pytest.mark.parametrize(("fmt", "marker"), [("md", "| target | checked against |"), ("html", "<!DOCTYPE html>")])
+def test_markdown_and_html_reports(cli, model_spec, tmp_path, fmt, marker):
+    out = tmp_path / f"report.{fmt}"
+    result = cli("ops", model_spec("encoder_eval"), "--target", "npu", "--format", fmt, "-o", out)
+    assert result.code == 1 and result.out == ""
+    text = out.read_text()
+    assert marker in text and "_transformer_encoder_layer_fwd" in text and "encoder.layers.0" in text
+
+
+def test_a_covered_training_step_exits_zero(cli, model_spec):
+    result = cli("ops", model_spec("tiny_lm"), "--target", "npu", "--tracer", "meta")
+    assert result.code == 0, result.out + result.err
+    assert "train step" in result.out and "meta device" in result.out and "ok: every operator" in result.out
+
+
+def test_a_data_dependent_model_says_which_tracer_worked(cli, model_spec):
+    result = cli("ops", model_spec("masked"), "--target", "npu", "--format", "json")
+    trace = json.loads(result.out)["trace"]
+    assert [a["strategy"] for a in trace["attempts"]] == ["meta", "fake"]
+    assert trace["attempts"][0]["ok"] is False and "nonzero" in trace["attempts"][0]["reason"]
+
+
+def test_a_user_list_is_used_and_listed(cli, model_spec, tmp_path):
+    site = tmp_path / "npu-site.txt"
+    site.write_text("# vendor = npu\n# version = 9.9\n# source = our cluster\nembedding\n_transformer_encoder_layer_fwd\n")
+    result = cli("ops", model_spec("encoder_eval"), "--target", "npu", "--oplist", site)
+    assert result.code == 0, result.out
+    assert "npu     9.9" in result.out or "npu 9.9" in result.out
+    listed = json.loads(cli("ops", "--lists", "--oplist", site, "--format", "json").out)
+    mine = next(o for o in listed if o["origin"] == str(site))
+    assert (mine["vendor"], mine["version"], mine["source"], mine["op_count"]) == ("npu", "9.9", "our cluster", 2)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--target", "nosuch"), "unknown vendor 'nosuch'"),
+        (("--target", "rocm"), "no operator list for vendor 'rocm'"),
+        (("--smoke",), "--smoke runs operators on the device"),
+        (("--target", "npu@1.0"), "no operator list for npu@1.0"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(cli, model_spec, args, message):
+    result = cli("ops", model_spec("tiny_lm"), *args)
+    assert result.code == 2
+    assert message in result.err and len(result.err.strip().splitlines()) == 1
+
+
+def test_missing_factory_file_is_exit_2(cli):
+    result = cli("ops", "no/such/model.py:factory")
+    assert result.code == 2 and "no/such/model.py: no such file" in result.err
+
+
+def test_demo_step_shows_the_example_on_four_backends(cli, tmp_path):
+    result = cli("demo", "--only", "step30", "--workdir", tmp_path / "demo")
+    assert result.code == 0, result.out + result.err
+    for vendor in ("npu", "musa", "mlu", "xpu"):
+        assert any(ln.startswith(vendor) for ln in result.out.splitlines())
+    report = json.loads((tmp_path / "demo" / "ops-train.json").read_text())
+    assert report["trace"]["model"] == "TinyLM" and report["trace"]["mode"] == "train"
+    assert (tmp_path / "demo" / "ops-infer.html").is_file()

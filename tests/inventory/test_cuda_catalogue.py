@@ -1,0 +1,121 @@
+"""The CUDA API catalogue: generated from HIPIFY's tables with provenance, plus the families they lack."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelport import knowledge
+from accelport.errors import UserError
+from accelport.findings import BackendStatus, Category
+from accelport.inventory.cuda_api import Catalogue, catalogue
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "gen_cuda_catalogue.py"
+TABLES = ROOT / "data" / "upstream" / "hipify-tables"
+GENERATED = ROOT / "src/accelport/knowledge/cuda_api/hipify_catalogue.json"
+
+TABLE = """\
+# CUDA Runtime API supported by HIP
+
+## **11. Memory Management**
+
+|**CUDA**|**A**|**D**|**C**|**R**|**HIP**|**A**|**D**|**C**|**R**|**E**|
+|:--|:-:|:-:|:-:|:-:|:--|:-:|:-:|:-:|:-:|:-:|
+|`cudaMalloc`| | | | |`hipMalloc`|1.5.0| | | | |
+|`cudaMallocAsync`|11.2| | | |`hipMallocAsync`|5.2.0| | | |6.2.0|
+
+## **35. Data types used by CUDA Runtime**
+
+|**CUDA**|**A**|**D**|**C**|**R**|**HIP**|**A**|**D**|**C**|**R**|**E**|
+|:--|:-:|:-:|:-:|:-:|:--|:-:|:-:|:-:|:-:|:-:|
+|`cudaThreadSynchronize`| |10.0| |12.0| | | | | | |
+"""
+
+
+def test_generator_parses_rows_sections_versions_and_experimental_flags(tmp_path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import gen_cuda_catalogue as gen
+    finally:
+        sys.path.pop(0)
+    path = tmp_path / "CUDA_Runtime_API_functions_supported_by_HIP.md"
+    path.write_text(TABLE)
+    sections, rows = gen.parse_table(path, "runtime")
+    assert sections == ["Memory Management", "Data types used by CUDA Runtime"]
+    columns = {name: i for i, name in enumerate(gen.COLUMNS)}
+    malloc_async = rows["cudaMallocAsync"]
+    assert malloc_async[columns["cuda_added"]] == "11.2"
+    assert malloc_async[columns["hip"]] == "hipMallocAsync"
+    assert malloc_async[columns["hip_experimental"]] is True
+    removed = rows["cudaThreadSynchronize"]
+    assert (removed[columns["kind"]], removed[columns["cuda_deprecated"]], removed[columns["cuda_removed"]], removed[columns["hip"]]) == ("type", "10.0", "12.0", "")
+
+
+def test_generated_file_records_source_commit_and_licence():
+    data = json.loads(GENERATED.read_text())
+    source = data["source"]
+    assert source["project"] == "ROCm/HIPIFY"
+    assert source["commit"] == "014177bc2e434ce3e834aa4f3d0e2abb1efa9796"
+    assert source["licence"] == "MIT"
+    assert "Permission is hereby granted" in source["licence_text"]
+    assert source["generator"] == "scripts/gen_cuda_catalogue.py"
+    assert len(data["symbols"]) > 8000
+
+
+def test_committed_catalogue_is_what_the_script_generates(tmp_path):
+    out = tmp_path / "catalogue.json"
+    subprocess.run([sys.executable, str(SCRIPT), str(TABLES), "-o", str(out)], check=True, capture_output=True, timeout=120)
+    assert out.read_text() == GENERATED.read_text(), "regenerate with `python scripts/gen_cuda_catalogue.py`"
+
+
+def test_lookups_across_table_and_extra_families():
+    cat = catalogue()
+    malloc = cat.lookup("cudaMalloc")
+    assert (malloc.family.key, malloc.category, malloc.rocm, malloc.section) == ("runtime", Category.RUNTIME_API, "hipMalloc", "Memory Management")
+    assert cat.lookup("cublasSgemm").rocm == "hipblasSgemm"
+    assert cat.lookup("cuInit").category is Category.DRIVER_API
+    assert cat.lookup("cudaBindTexture").cuda_removed == "12.0"
+    shfl = cat.lookup("__shfl_down_sync")
+    assert shfl.family.key == "device" and shfl.rocm == ""
+    assert shfl.backends()["rocm"] is BackendStatus.UNSUPPORTED
+    nccl = cat.lookup("ncclAllReduce")
+    assert nccl.family.key == "nccl" and nccl.vendor_names == {"npu": "HcclAllReduce"}
+    assert nccl.backends()["rocm"] is BackendStatus.PORTABLE and nccl.backends()["xpu"] is BackendStatus.ALTERNATIVE
+    assert nccl.backends()["mps"] is BackendStatus.UNKNOWN  # nothing sourced: unknown, not guessed
+    assert cat.lookup("ncclCommInitRankScalable").family.key == "nccl"  # by prefix, not listed
+    assert cat.lookup("thrust::sort").family.key == "thrust"
+    assert cat.lookup("nvcuda::wmma::mma_sync").family.key == "wmma"
+    assert cat.lookup("at::cuda::getCurrentCUDAStream").category is Category.FRAMEWORK_API
+    assert cat.lookup("cutensorCreate").family.key == "cutensor"
+    assert cat.lookup("nvtxRangePop").vendor_names == {"rocm": "roctxRangePop"}
+    for not_cuda in ("cursor", "cuda", "ncclish", "thrustworthy", "std::sort", "cub"):
+        assert cat.lookup(not_cuda) is None, not_cuda
+
+
+def test_headers_and_libraries_by_family():
+    cat = catalogue()
+    assert cat.header_family("cublas_v2.h").key == "cublas"
+    assert cat.header_family("thrust/device_vector.h").key == "thrust"
+    assert cat.header_family("ATen/cuda/CUDAContext.h").key == "aten"
+    assert cat.header_family("cuda/std/atomic").key == "device"
+    assert cat.header_family("vector") is None
+    assert cat.library_family("libcudart.so.12").key == "runtime"
+    assert cat.library_family("libnccl.so.2").key == "nccl"
+    assert cat.library_family("libc10_cuda.so").key == "aten"
+    assert cat.library_family("libm.so.6") is None
+
+
+def test_site_entries_add_symbols():
+    cat = Catalogue(
+        knowledge.read_json("cuda_api/hipify_catalogue.json"),
+        knowledge.read_toml("cuda_api/families.toml"),
+        [{"symbol": "myCudaHelper", "family": "runtime", "rocm": "myHipHelper"}],
+    )
+    assert cat.lookup("myCudaHelper").rocm == "myHipHelper"
+    with pytest.raises(UserError, match="unknown family"):
+        Catalogue(knowledge.read_json("cuda_api/hipify_catalogue.json"), knowledge.read_toml("cuda_api/families.toml"), [{"symbol": "x", "family": "nope"}])
