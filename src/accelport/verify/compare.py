@@ -221,10 +221,7 @@ class _Comparer:
 
     def _tensor_full(self, r: Mapping[str, Any], t: Mapping[str, Any], tol: Tolerance, criterion: str) -> TensorDiff:
         self.counts["tensors"] += 1
-        total = math.prod(r["shape"])
-        if self.pool is None or total < 4 * metrics.CHUNK_ELEMENTS:
-            return metrics.compare_tensors(self.ref_files, r, self.test_files, t, tol, criterion)
-        return metrics.compare_tensors_parallel(self.pool, self.ref_files, r, self.test_files, t, tol, criterion)
+        return metrics.compare_tensors(self.ref_files, r, self.test_files, t, tol, criterion, self.pool)
 
     # -- one aligned pair --------------------------------------------------------------------
 

@@ -662,25 +662,28 @@ class Capture:
                 entry = self._entry(t, src=seq, fresh=True, alias_of=alias, same_order=op in _SAME_ORDER_OPS)
                 desc = self._describe(entry, t, save, step, f"{seq}.out.{i}")
             out_desc.append(desc)
-        record: dict[str, Any] = {
-            "k": "op",
-            "seq": seq,
-            "step": step,
-            "phase": phase,
-            "op": op,
-            "module": module,
-            "call": self._call_index(phase, module, op),
-            "line": self._user_line() if phase != "backward" else self._call_sites.get(module),
-            "args": _describe_args(args, kwargs),
-            "in": in_desc,
-            "out": out_desc,
-        }
+        line = self._user_line() if phase != "backward" else self._call_sites.get(module)
+        record = self._identity("op", seq, step, phase, op, module, line)
+        record.update({"args": _describe_args(args, kwargs), "in": in_desc, "out": out_desc})
         if phase == "backward":
             node = self._torch._C._current_autograd_node()
             if node is not None:
                 record["node"] = node.name()
         self._emit(record, len(in_desc) + len(out_desc))
         return result
+
+    def _identity(self, kind: str, seq: int, step: int, phase: str, op: str, module: str, line: str | None) -> dict[str, Any]:
+        """What makes a record findable in both runs: step, phase, module, op, call index, source line."""
+        return {
+            "k": kind,
+            "seq": seq,
+            "step": step,
+            "phase": phase,
+            "op": op,
+            "module": module,
+            "call": self._call_index(phase, module, op),
+            "line": line,
+        }
 
     def _leaf_record(self, kind: str, module: str, name: str, tensor: Any, phase: str) -> None:
         """A parameter, gradient or model input: checked before any op that uses it."""
@@ -695,19 +698,11 @@ class Capture:
         step = self.current_step
         entry = self._entry(tensor, src=seq, fresh=True)
         save = self._save_tensors_of(module, op)
-        record = {
-            "k": kind,
-            "seq": seq,
-            "step": step,
-            "phase": phase,
-            "op": op,
-            "module": module,
-            "call": self._call_index(phase, module, op),
-            "line": self._call_sites.get(module),
-            # Parameters at the first step and model inputs carry a CRC-32: the two runs must
-            # start from the same bits, and a checksum proves they did (or did not).
-            "out": [self._describe(entry, tensor, save, step, f"{seq}.out.0", crc=self.param_checksums and (kind == "input" or step == 0))],
-        }
+        record = self._identity(kind, seq, step, phase, op, module, self._call_sites.get(module))
+        # Parameters at the first step and model inputs carry a CRC-32: the two runs must
+        # start from the same bits, and a checksum proves they did (or did not).
+        crc = self.param_checksums and (kind == "input" or step == 0)
+        record["out"] = [self._describe(entry, tensor, save, step, f"{seq}.out.0", crc=crc)]
         self._emit(record, 1)
 
     def _name_of(self, mod: Any) -> str:

@@ -340,34 +340,25 @@ def compare_tensors(
     test: Mapping[str, Any],
     tol: Tolerance,
     criterion: str = "norm",
+    pool: Any = None,
 ) -> TensorDiff:
-    """Stream both tensors chunk by chunk and compute every metric; memory stays at a few MiB."""
-    total = math.prod(ref["shape"])
-    acc = _scan(ref_files, ref, test_files, test, tol, 0, total)
-    if acc is None:
-        return TensorDiff(False, math.inf, "tensor data cut short (interrupted dump)", "tensor")
-    return _finish(acc, total, tol, criterion)
+    """Stream both tensors chunk by chunk and compute every metric; memory stays at a few MiB per thread.
 
-
-def compare_tensors_parallel(
-    pool: Any,
-    ref_files: TensorFiles,
-    ref: Mapping[str, Any],
-    test_files: TensorFiles,
-    test: Mapping[str, Any],
-    tol: Tolerance,
-    criterion: str = "norm",
-) -> TensorDiff:
-    """`compare_tensors` with the element range split over a thread pool (numpy releases the GIL)."""
+    With a thread pool, a large tensor's element range is split over its threads (numpy
+    releases the GIL while it computes).
+    """
     total = math.prod(ref["shape"])
-    parts = max(1, pool._max_workers)
+    parts = pool._max_workers if pool is not None and total >= 4 * CHUNK_ELEMENTS else 1
     per = -(-total // parts)
     per += (-per) % CHUNK_ELEMENTS
-    futures = [
-        pool.submit(_scan, ref_files, ref, test_files, test, tol, start, min(total, start + per))
-        for start in range(0, total, per)
-    ]
-    results = [f.result() for f in futures]
+    if parts == 1:
+        results = [_scan(ref_files, ref, test_files, test, tol, 0, total)]
+    else:
+        futures = [
+            pool.submit(_scan, ref_files, ref, test_files, test, tol, start, min(total, start + per))
+            for start in range(0, total, per)
+        ]
+        results = [f.result() for f in futures]
     if any(r is None for r in results):
         return TensorDiff(False, math.inf, "tensor data cut short (interrupted dump)", "tensor")
     acc = _Accumulator()
