@@ -82,7 +82,7 @@ def _summary(folder: str, code: int) -> str:
 
     roots = [Path(folder)]
     if Path(folder).is_dir():
-        roots += sorted(p for p in Path(folder).iterdir() if p.is_dir() and p.name.startswith("rank"))
+        roots += sorted(p for p in Path(folder).iterdir() if p.is_dir() and p.name.startswith(("rank", "pid")))
     lines = []
     for root in roots:
         if not (root / dumpfile.MANIFEST).exists():

@@ -432,7 +432,7 @@ class Capture:
             return
         self._opened = True
         folder = self.folder
-        if folder.exists() and any(folder.iterdir()):
+        if folder.exists() and any(p.is_file() for p in folder.iterdir()):
             raise UserError(f"{folder}: folder is not empty; dump into a new folder")
         folder.mkdir(parents=True, exist_ok=True)
         self._manifest = dumpfile.ManifestWriter(folder)
@@ -943,8 +943,11 @@ def bootstrap_dir() -> Path:
 def start_from_environment() -> Capture | None:
     """Start the capture described by $ACCELPORT_DUMP (JSON written by `accelport dump`), closed at exit.
 
-    Each rank of a distributed run writes its own folder (rankN); a process forked from a
-    capturing one (a DataLoader worker) records nothing.
+    Each rank of a distributed run writes its own folder (rankN). Another Python process of
+    the same command that records ops after the folder is taken (a launcher, a spawned
+    worker) writes to pidN inside it; a process forked from a capturing one (a DataLoader
+    worker) records nothing. Folders are created at the first record, so a process that
+    runs no torch op leaves nothing.
     """
     import atexit
     import json
@@ -954,8 +957,8 @@ def start_from_environment() -> Capture | None:
     folder = Path(options.pop("dir"))
     if "RANK" in os.environ:
         folder = folder / f"rank{os.environ['RANK']}"
-    if folder.exists() and any(folder.iterdir()):
-        return None  # another process of this command already owns it (a launcher, a spawned worker)
+    if (folder / dumpfile.MANIFEST).exists():
+        folder = folder / f"pid{os.getpid()}"
     cap = Capture(folder, lazy=True, **options)
     cap.start()
     atexit.register(cap.close)
