@@ -76,18 +76,30 @@ def generate(folder: Path, records: int, elements: int, scale: float) -> None:
 
 def child(mode: str, ref: Path, test: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
-    done = subprocess.run([sys.executable, "-c", CHILD, mode, str(ref), str(test)], capture_output=True, text=True, env=env, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, str(ref), str(test)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-gb", type=float, default=2.0, help="tensor data per dump (default: %(default)s)")
-    parser.add_argument("--elements", type=int, default=1 << 24, help="elements per tensor (default: 16M, 64 MiB)")
+    parser.add_argument(
+        "--size-gb", type=float, default=2.0, help="tensor data per dump (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--elements", type=int, default=1 << 24, help="elements per tensor (default: 16M, 64 MiB)"
+    )
     parser.add_argument("--keep", metavar="DIR", help="generate into DIR and keep the dumps")
     args = parser.parse_args()
     records = max(1, round(args.size_gb * 1e9 / (2 * 4 * args.elements)))
-    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="accelport-compare-speed-"))
+    root = (
+        Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="accelport-compare-speed-"))
+    )
     ref, test = root / "ref", root / "test"
     try:
         started = time.perf_counter()
@@ -95,8 +107,13 @@ def main() -> None:
             generate(ref, records, args.elements, 1.0)
             generate(test, records, args.elements, 1.0001)
         generation = time.perf_counter() - started
-        sizes = {name: sum(p.stat().st_size for p in (folder / "tensors").glob("*")) for name, folder in (("ref", ref), ("test", test))}
-        read = child("read", ref, test)  # also brings both dumps into the page cache for both runs alike
+        sizes = {
+            name: sum(p.stat().st_size for p in (folder / "tensors").glob("*"))
+            for name, folder in (("ref", ref), ("test", test))
+        }
+        read = child(
+            "read", ref, test
+        )  # also brings both dumps into the page cache for both runs alike
         compared = child("compare", ref, test)
     finally:
         if not args.keep:
@@ -120,7 +137,8 @@ def main() -> None:
         "load_average": [round(v, 2) for v in os.getloadavg()],
         "target_mb_per_s": TARGET_MB_S,
         "target_peak_rss_mb": TARGET_RSS_MB,
-        "meets_target": total_mb / compared["seconds"] >= TARGET_MB_S and compared["peak_rss_mb"] < TARGET_RSS_MB,
+        "meets_target": total_mb / compared["seconds"] >= TARGET_MB_S
+        and compared["peak_rss_mb"] < TARGET_RSS_MB,
     }
     print(json.dumps(result, indent=2))
 

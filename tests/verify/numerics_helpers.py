@@ -34,7 +34,9 @@ def buggy_relu(scale: float = 1.01) -> Iterator[None]:
     """
     library = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "overriding a previously registered kernel": the point
+        warnings.simplefilter(
+            "ignore", UserWarning
+        )  # "overriding a previously registered kernel": the point
         library.impl("relu", lambda x: torch.clamp_min(x, 0) * scale, "CPU")
     try:
         yield
@@ -54,13 +56,17 @@ def train_step(model: nn.Module, autocast: torch.dtype | None = None, batch: int
     """One forward and backward pass of TinyLM on the example batch."""
     mod = example_model()
     tokens, targets = mod.example_batch(batch_size=batch, seq_len=16)
-    context = torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()
+    context = (
+        torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()
+    )
     with context:
         loss = mod.loss_fn(model(tokens), targets)
     loss.backward()
 
 
-def dump(folder: Path, model: nn.Module, step: Callable[[nn.Module], None] = train_step, **options) -> Path:
+def dump(
+    folder: Path, model: nn.Module, step: Callable[[nn.Module], None] = train_step, **options
+) -> Path:
     from accelport.verify import capture
 
     torch.manual_seed(0)

@@ -44,7 +44,9 @@ def test_tensor_metrics_match_an_independent_computation(tmp_path):
     assert m["allclose"] == pytest.approx(np.mean(np.abs(d) <= 1e-3 + 1e-3 * np.abs(r)), abs=1e-9)
     small = 2.0**-14
     assert m["max_rel"] == pytest.approx(np.max(np.abs(d) / np.maximum(np.abs(r), small)), rel=1e-4)
-    assert m["max_ulp"] == pytest.approx(np.max(np.abs(d) / np.spacing(np.abs(r).astype(np.float32))), rel=1e-4)
+    assert m["max_ulp"] == pytest.approx(
+        np.max(np.abs(d) / np.spacing(np.abs(r).astype(np.float32))), rel=1e-4
+    )
     # The input differs too: it is a model input-like leaf, held to its largest error.
     assert rows[0]["inputs_ok"] is False
 
@@ -146,17 +148,27 @@ def test_cli_formats(cli, pair, tmp_path):
     rows = list(csv.DictReader(io.StringIO(cli("compare", ref, test, "--format", "csv").out)))
     assert [r["op"] for r in rows] == ["aten.relu.default", "aten.mul.Tensor"]
     assert rows[1]["status"] == "fail" and float(rows[1]["score"]) > 1
-    assert cli("compare", ref, test, "--format", "markdown").out.startswith("# accelport compare: FAIL")
+    assert cli("compare", ref, test, "--format", "markdown").out.startswith(
+        "# accelport compare: FAIL"
+    )
     out = tmp_path / "report.html"
     assert cli("compare", ref, test, "--format", "html", "-o", out).code == 1
     html = out.read_text()
-    assert "<svg" in html and "Error per layer" in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    assert (
+        "<svg" in html
+        and "Error per layer" in html
+        and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    )
 
 
 def test_cli_bad_inputs_are_one_line_errors(cli, pair, tmp_path):
     ref, _ = pair
     missing = cli("compare", ref, tmp_path / "nope")
-    assert missing.code == 2 and missing.err.count("\n") == 1 and "not an accelport dump" in missing.err
+    assert (
+        missing.code == 2
+        and missing.err.count("\n") == 1
+        and "not an accelport dump" in missing.err
+    )
     damaged = tmp_path / "damaged"
     damaged.mkdir()
     lines = (ref / dumpfile.MANIFEST).read_text().splitlines()
@@ -172,7 +184,9 @@ def test_cli_truncated_dump_reports_then_exits_2(cli, pair, tmp_path):
     cut = tmp_path / "cut"
     cut.mkdir()
     text = (ref / dumpfile.MANIFEST).read_text()
-    (cut / dumpfile.MANIFEST).write_text(text[: text.rindex('{"k":"op"') + 25])  # half of the last op line
+    (cut / dumpfile.MANIFEST).write_text(
+        text[: text.rindex('{"k":"op"') + 25]
+    )  # half of the last op line
     result = cli("compare", ref, cut, "--format", "json")
     assert result.code == 2 and "truncated" in result.err
     data = json.loads(result.out)
@@ -197,7 +211,14 @@ def test_windowed_alignment_pairs_every_common_record(window):
     from accelport.verify.align import align
 
     def rec(name, step=0):
-        return {"k": "op", "step": step, "phase": "forward", "module": "m", "op": name, "out": [{"shape": [2]}]}
+        return {
+            "k": "op",
+            "step": step,
+            "phase": "forward",
+            "module": "m",
+            "op": name,
+            "out": [{"shape": [2]}],
+        }
 
     ref = [rec(f"op{i}") for i in range(20)] + [rec("tail", 1), rec("only_ref_step", 1)]
     test = [rec(f"op{i}") for i in range(20) if i != 15]
@@ -224,4 +245,6 @@ def test_checksums_prove_identical_tensors_without_reading_them(tmp_path):
         assert same.passed and all(r["source"] == "checksum" for r in same.rows())
     with compare_dumps(tmp_path / "a", tmp_path / "c") as close:
         sources = {r["op"]: r.get("source") for r in close.rows()}
-        assert close.passed and sources["aten.exp.default"] == "stats"  # bits differ: judged by value
+        assert (
+            close.passed and sources["aten.exp.default"] == "stats"
+        )  # bits differ: judged by value

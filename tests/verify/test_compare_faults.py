@@ -47,7 +47,9 @@ def test_identical_runs_pass(tmp_path, ref, ref_stats, tensors):
 def test_weight_changed_by_005_is_found_at_the_parameter(tmp_path, ref, ref_stats, tensors):
     model = tinylm(relu=True)
     with torch.no_grad():
-        model.blocks[0].mlp[2].weight[3, 5] += 0.05  # an element inside the range: min/max do not move
+        model.blocks[0].mlp[2].weight[3, 5] += (
+            0.05  # an element inside the range: min/max do not move
+        )
     test = dump(tmp_path / "weight", model, tensors=tensors)
     passed, divergence = first(ref if tensors else ref_stats, test)
     assert not passed
@@ -63,7 +65,10 @@ def test_relu_scaled_by_101_is_found_at_the_relu(tmp_path, ref, ref_stats, tenso
         test = dump(tmp_path / "relu", tinylm(relu=True), tensors=tensors)
     passed, divergence = first(ref if tensors else ref_stats, test)
     assert not passed
-    assert (divergence["op"], divergence["module"]) == ("aten.relu.default", "TinyLM.blocks.0.mlp.1")
+    assert (divergence["op"], divergence["module"]) == (
+        "aten.relu.default",
+        "TinyLM.blocks.0.mlp.1",
+    )
     assert divergence["phase"] == "forward" and divergence["call_index"] == 0
     assert divergence["source_line"].endswith(".py:56") or "model.py" in divergence["source_line"]
     if tensors:
@@ -78,7 +83,10 @@ def test_layernorm_with_another_eps_is_found_with_its_arguments(tmp_path, ref, r
     test = dump(tmp_path / "eps", model, tensors=tensors)
     passed, divergence = first(ref if tensors else ref_stats, test)
     assert not passed
-    assert (divergence["op"], divergence["module"]) == ("aten.native_layer_norm.default", "TinyLM.blocks.0.ln2")
+    assert (divergence["op"], divergence["module"]) == (
+        "aten.native_layer_norm.default",
+        "TinyLM.blocks.0.ln2",
+    )
     assert divergence["args_ref"]["a"][-1] == pytest.approx(1e-5)
     assert divergence["args_test"]["a"][-1] == pytest.approx(1e-2)
     if tensors:
@@ -102,13 +110,20 @@ def test_bf16_autocast_run_passes_against_fp32(tmp_path, ref, ref_stats, tensors
     test = dump(tmp_path / "bf16", tinylm(relu=True), step=bf16_step, tensors=tensors)
     with compare_dumps(ref if tensors else ref_stats, test) as result:
         data = result.to_dict()
-        compared_bf16 = [r for r in result.rows() if r.get("dtype_test") == "bfloat16" and r.get("dtype_ref") == "float32"]
+        compared_bf16 = [
+            r
+            for r in result.rows()
+            if r.get("dtype_test") == "bfloat16" and r.get("dtype_ref") == "float32"
+        ]
     assert result.passed, data["reasons"]
     assert data["options"]["autocast"]["test"] == ["bfloat16"]
     # bf16 outputs were compared with fp32 ones after upcasting, never flagged as a dtype error.
     assert len(compared_bf16) > 20 and all(r["status"] in ("pass", "drift") for r in compared_bf16)
     # The casts autocast inserts are recognised as casts.
-    assert data["counts"]["only_test"] > 0 and data["counts"]["benign_extra"] >= data["counts"]["only_test"]
+    assert (
+        data["counts"]["only_test"] > 0
+        and data["counts"]["benign_extra"] >= data["counts"]["only_test"]
+    )
 
 
 def test_bf16_run_with_a_changed_weight_fails(tmp_path, ref_stats):
@@ -127,5 +142,8 @@ def test_bf16_relu_bug_smaller_than_the_tolerance_is_found_by_replaying_every_op
         test = dump(tmp_path / "bf16relu", tinylm(relu=True), step=bf16_step, tensors=True)
     passed, divergence = first(ref, test, replay="all")
     assert not passed
-    assert (divergence["op"], divergence["module"]) == ("aten.relu.default", "TinyLM.blocks.0.mlp.1")
+    assert (divergence["op"], divergence["module"]) == (
+        "aten.relu.default",
+        "TinyLM.blocks.0.mlp.1",
+    )
     assert divergence["cause"].startswith("op-local replay")

@@ -19,13 +19,19 @@ def loss(step: int, scale: float = 1.0, seed_shift: float = 0.0) -> float:
 
 
 def write_csv(path: Path, scale: float = 1.0, steps: int = 20, shift: float = 0.0) -> Path:
-    rows = ["step,loss,grad_norm"] + [f"{s},{loss(s, scale, shift)},{1 / (1 + s)}" for s in range(steps)]
+    rows = ["step,loss,grad_norm"] + [
+        f"{s},{loss(s, scale, shift)},{1 / (1 + s)}" for s in range(steps)
+    ]
     path.write_text("\n".join(rows) + "\n")
     return path
 
 
 def write_jsonl(path: Path, scale: float = 1.0) -> Path:
-    path.write_text("".join(json.dumps({"step": s, "loss": loss(s, scale), "lr": 1e-3}) + "\n" for s in range(20)))
+    path.write_text(
+        "".join(
+            json.dumps({"step": s, "loss": loss(s, scale), "lr": 1e-3}) + "\n" for s in range(20)
+        )
+    )
     return path
 
 
@@ -57,13 +63,19 @@ def test_one_percent_rule(tmp_path):
     assert loss_result.final_gap["close.csv"] == pytest.approx(0.008, rel=1e-6)
     assert loss_result.final_gap["far.csv"] == pytest.approx(0.015, rel=1e-6)
     assert not result.passed and any("far.csv" in r for r in loss_result.reasons)
+    per_step = result.to_dict()["metrics"][0]["per_step"]
+    assert per_step["step"] == list(range(20))
+    assert per_step["relative_gap"]["far.csv"][3] == pytest.approx(0.015, rel=1e-6)
     assert compare_curves(ref, [close]).passed
     assert compare_curves(ref, [far], tolerance=0.02).passed
 
 
 def test_noise_band_of_reference_seeds(tmp_path):
     ref = write_csv(tmp_path / "ref.csv")
-    seeds = [write_csv(tmp_path / "s1.csv", shift=0.05), write_csv(tmp_path / "s2.csv", shift=-0.05)]
+    seeds = [
+        write_csv(tmp_path / "s1.csv", shift=0.05),
+        write_csv(tmp_path / "s2.csv", shift=-0.05),
+    ]
     inside = write_csv(tmp_path / "inside.csv", shift=0.04)  # 4-8% off, but seeds differ as much
     outside = write_csv(tmp_path / "outside.csv", shift=0.2)
     assert not compare_curves(ref, [inside]).passed
@@ -76,7 +88,9 @@ def test_appended_logs_keep_the_last_value_of_a_step(tmp_path):
     log = tmp_path / "appended.csv"
     write_csv(log, scale=2.0, steps=5)
     with log.open("a") as handle:  # a second run appended, as train.py --log does
-        handle.write("step,loss,grad_norm\n" + "".join(f"{s},{loss(s)},{1 / (1 + s)}\n" for s in range(5)))
+        handle.write(
+            "step,loss,grad_norm\n" + "".join(f"{s},{loss(s)},{1 / (1 + s)}\n" for s in range(5))
+        )
     result = compare_curves(write_csv(tmp_path / "ref.csv", steps=5), [log])
     assert result.passed
     assert list(result.options["duplicate_steps_kept_last"].values()) == [5]
@@ -92,7 +106,9 @@ def test_bad_inputs_name_the_file(tmp_path):
     with pytest.raises(UserError, match="no step column"):
         read_run(nostep)
     with pytest.raises(UserError, match="no metric 'perplexity'"):
-        compare_curves(write_csv(tmp_path / "r.csv"), [write_csv(tmp_path / "t.csv")], metrics=["perplexity"])
+        compare_curves(
+            write_csv(tmp_path / "r.csv"), [write_csv(tmp_path / "t.csv")], metrics=["perplexity"]
+        )
 
 
 def test_cli_outputs_and_png(cli, tmp_path):

@@ -34,10 +34,25 @@ def test_every_record_has_a_stable_identity(tinylm_dump):
     ops = [r for r in recs if r["k"] == "op"]
     assert {r["phase"] for r in ops} == {"forward", "backward"}
     ln = [r for r in ops if r.get("op") == "aten.native_layer_norm.default"]
-    assert [r["module"] for r in ln] == ["TinyLM.blocks.0.ln1", "TinyLM.blocks.0.ln2", "TinyLM.blocks.1.ln1", "TinyLM.blocks.1.ln2", "TinyLM.ln_f"]
-    assert all(r["line"].startswith("examples/legacy_cuda_app/model.py:") or "model.py:" in r["line"] for r in ln)
+    assert [r["module"] for r in ln] == [
+        "TinyLM.blocks.0.ln1",
+        "TinyLM.blocks.0.ln2",
+        "TinyLM.blocks.1.ln1",
+        "TinyLM.blocks.1.ln2",
+        "TinyLM.ln_f",
+    ]
+    assert all(
+        r["line"].startswith("examples/legacy_cuda_app/model.py:") or "model.py:" in r["line"]
+        for r in ln
+    )
     # Call indices count per (phase, module, op): the three q/k/v views of one attention.
-    views = [r["call"] for r in ops if r["module"] == "TinyLM.blocks.0.attn" and r["op"] == "aten.view.default" and r["phase"] == "forward"]
+    views = [
+        r["call"]
+        for r in ops
+        if r["module"] == "TinyLM.blocks.0.attn"
+        and r["op"] == "aten.view.default"
+        and r["phase"] == "forward"
+    ]
     assert views[:3] == [0, 1, 2]
     # Backward ops are attributed to the module whose backward runs them.
     back_ln = [r for r in ops if r.get("op") == "aten.native_layer_norm_backward.default"]
@@ -51,12 +66,17 @@ def test_parameters_and_inputs_are_recorded_before_the_ops_that_use_them(tinylm_
     params = [r for r in recs if r["k"] == "param"]
     model = tinylm()
     assert {(r["module"], r["op"]) for r in params} == {
-        (f"TinyLM.{name.rpartition('.')[0]}".rstrip("."), f"param:{name.rpartition('.')[2]}") for name, _ in model.named_parameters()
+        (f"TinyLM.{name.rpartition('.')[0]}".rstrip("."), f"param:{name.rpartition('.')[2]}")
+        for name, _ in model.named_parameters()
     }
     inputs = [r for r in recs if r["k"] == "input"]
     assert len(inputs) == 1 and inputs[0]["out"][0]["dtype"] == "int64"
-    first_use = next(r["seq"] for r in recs if r["k"] == "op" and r["module"] == "TinyLM.blocks.0.mlp.0")
-    weight = next(r for r in params if r["module"] == "TinyLM.blocks.0.mlp.0" and r["op"] == "param:weight")
+    first_use = next(
+        r["seq"] for r in recs if r["k"] == "op" and r["module"] == "TinyLM.blocks.0.mlp.0"
+    )
+    weight = next(
+        r for r in params if r["module"] == "TinyLM.blocks.0.mlp.0" and r["op"] == "param:weight"
+    )
     assert weight["seq"] < first_use
     # Parameters of step 0 carry the CRC-32 of their bytes.
     expected = zlib.crc32(model.blocks[0].mlp[0].weight.detach().numpy().tobytes())
@@ -102,7 +122,12 @@ def test_device_batched_statistics_equal_the_host_ones(tmp_path):
                 if ta.get("stats") is None:
                     assert tb.get("stats") is None
                     continue
-                assert np.allclose([float(v) for v in ta["stats"]], [float(v) for v in tb["stats"]], rtol=1e-5, atol=1e-6)
+                assert np.allclose(
+                    [float(v) for v in ta["stats"]],
+                    [float(v) for v in tb["stats"]],
+                    rtol=1e-5,
+                    atol=1e-6,
+                )
 
 
 def test_in_place_ops_are_seen_with_the_input_before_and_the_output_after(tmp_path):
@@ -117,7 +142,9 @@ def test_full_tensors_are_safetensors_files_readable_by_the_reference_reader(tmp
     from safetensors.torch import load_file
 
     model = tinylm()
-    folder = dump(tmp_path / "t", model, tensors=True, step=lambda m: train_step(m, autocast=torch.bfloat16))
+    folder = dump(
+        tmp_path / "t", model, tensors=True, step=lambda m: train_step(m, autocast=torch.bfloat16)
+    )
     files = sorted((folder / "tensors").glob("*.safetensors"))
     assert len(files) == 1
     loaded = load_file(files[0])
@@ -157,7 +184,10 @@ def test_header_records_environment_and_end_record_closes(tinylm_dump):
     header, end = json.loads(lines[0]), json.loads(lines[-1])
     assert header["format"] == "accelport-dump" and header["mode"] == "statistics"
     assert header["machine"]["torch"]["version"] == torch.__version__
-    assert "deterministic_algorithms" in header["determinism"] and "torch_initial_seed" in header["seeds"]
+    assert (
+        "deterministic_algorithms" in header["determinism"]
+        and "torch_initial_seed" in header["seeds"]
+    )
     assert end["k"] == "end" and end["records"] == len(lines) - 2
     info = dumpfile.DumpInfo(tinylm_dump, {})
     list(dumpfile.iter_records(tinylm_dump, info))
@@ -171,7 +201,15 @@ def test_statistics_of_a_large_tensor_swept_on_two_threads(tmp_path):
     x[123_456] = float("inf")
     with capture(tmp_path / "d", step_on="manual"):
         torch.neg(x)
-    stats = dict(zip(dumpfile.STAT_FIELDS, next(r for r in records(tmp_path / "d") if r.get("op") == "aten.neg.default")["out"][0]["stats"], strict=True))
+    stats = dict(
+        zip(
+            dumpfile.STAT_FIELDS,
+            next(r for r in records(tmp_path / "d") if r.get("op") == "aten.neg.default")["out"][0][
+                "stats"
+            ],
+            strict=True,
+        )
+    )
     y = -x.numpy().astype(np.float64)
     finite = y[np.isfinite(y)]
     assert (stats["min"], stats["max"]) == (finite.min(), finite.max())

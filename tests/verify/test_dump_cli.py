@@ -44,12 +44,25 @@ def test_wrapper_dumps_an_unmodified_script(cli, script, tmp_path, monkeypatch):
     (site / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "src"), str(site)]))
     out = tmp_path / "dump"
-    result = cli("dump", "-o", out, "--steps", "1..2", "--filter", "module:TinyLM.blocks.*", "--", sys.executable, script)
+    result = cli(
+        "dump",
+        "-o",
+        out,
+        "--steps",
+        "1..2",
+        "--filter",
+        "module:TinyLM.blocks.*",
+        "--",
+        sys.executable,
+        script,
+    )
     assert result.code == 0, result.err
     assert marker.exists()
     assert "3 steps" not in result.out and "2 steps" in result.out and "complete" in result.out
     header = json.loads((out / dumpfile.MANIFEST).read_text().splitlines()[0])
-    assert header["argv"][0].endswith("train.py") and header["filters"]["modules"] == ["TinyLM.blocks.*"]
+    assert header["argv"][0].endswith("train.py") and header["filters"]["modules"] == [
+        "TinyLM.blocks.*"
+    ]
     records = [r for r in dumpfile.iter_records(out) if r["k"] != "step"]
     assert {r["step"] for r in records} == {1, 2}
     assert all(r["module"].startswith("TinyLM.blocks.") for r in records)

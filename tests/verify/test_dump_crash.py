@@ -39,7 +39,9 @@ def run_script(tmp_path: Path, folder: Path, steps: int) -> subprocess.Popen:
     script = tmp_path / "train_forever.py"
     script.write_text(SCRIPT.format(model=str(REPO / "examples" / "legacy_cuda_app" / "model.py")))
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-    return subprocess.Popen([sys.executable, str(script), str(folder), str(steps)], env=env, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, str(script), str(folder), str(steps)], env=env, stderr=subprocess.PIPE
+    )
 
 
 @pytest.mark.slow
@@ -70,7 +72,9 @@ def test_kill_9_leaves_a_readable_dump_that_compare_reports_truncated(tmp_path):
     assert recs and all(isinstance(r, dict) for r in recs)
     assert {0, 1} <= {r["step"] for r in recs if r.get("k") == "op"}
     lines = manifest.read_bytes().split(b"\n")
-    assert len(recs) >= len([line for line in lines[1:] if line.strip()]) - 1  # at most the cut line is lost
+    assert (
+        len(recs) >= len([line for line in lines[1:] if line.strip()]) - 1
+    )  # at most the cut line is lost
 
     with compare_dumps(ref, killed) as result:
         data = result.to_dict()

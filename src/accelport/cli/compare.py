@@ -30,7 +30,9 @@ def _tolerances(values: list[str]) -> dict[str, tuple[float, float]]:
                 raise ValueError
             out[dtype] = (float(parts[0]), float(parts[1]))
         except ValueError:
-            raise UserError(f"--tol {value}: write DTYPE=RTOL,ATOL with DTYPE one of {', '.join(_DTYPES)} (for example float32=1e-3,1e-3)") from None
+            raise UserError(
+                f"--tol {value}: write DTYPE=RTOL,ATOL with DTYPE one of {', '.join(_DTYPES)} (for example float32=1e-3,1e-3)"
+            ) from None
     return out
 
 
@@ -62,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
         side = truncated[0].lower()
         detail = result.truncated[f"{side}_detail"]
         path = args.ref if side == "ref" else args.test
-        raise UserError(f"{path}: dump is truncated ({detail}); the report covers what was flushed — rerun the dump, or pass --allow-truncated to judge that part")
+        raise UserError(
+            f"{path}: dump is truncated ({detail}); the report covers what was flushed — rerun the dump, or pass --allow-truncated to judge that part"
+        )
     return 0 if result.passed else 1
 
 
@@ -77,7 +81,9 @@ def _stream_csv(result, output: str | None) -> None:
             with atomic_open(output, "w") as handle:
                 write_csv(result, handle)
         except OSError as exc:
-            raise UserError(f"{output}: cannot write ({exc.strerror}); choose another -o path") from None
+            raise UserError(
+                f"{output}: cannot write ({exc.strerror}); choose another -o path"
+            ) from None
     else:
         write_csv(result, sys.stdout)
         sys.stdout.flush()
@@ -93,18 +99,57 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("ref", help="reference dump folder (the trusted run, e.g. on CUDA)")
     parser.add_argument("test", help="dump folder to check (e.g. the migrated run)")
-    parser.add_argument("--map", metavar="FILE", help="TOML mapping of renamed ops/modules and fused op sequences (docs/compare.md)")
-    parser.add_argument("--tol", action="append", default=[], metavar="DTYPE=RTOL,ATOL", help="override a dtype's tolerance ('*' for all); repeatable")
     parser.add_argument(
-        "--criterion", choices=("norm", "max", "elementwise"), default="norm", help="how op outputs are judged (default: %(default)s; see docs/compare.md)"
+        "--map",
+        metavar="FILE",
+        help="TOML mapping of renamed ops/modules and fused op sequences (docs/compare.md)",
     )
     parser.add_argument(
-        "--replay", choices=("failing", "all", "none"), default="failing", help="with full tensors: which ops to replay in float64 (default: %(default)s)"
+        "--tol",
+        action="append",
+        default=[],
+        metavar="DTYPE=RTOL,ATOL",
+        help="override a dtype's tolerance ('*' for all); repeatable",
     )
-    parser.add_argument("--replay-ratio", type=float, metavar="K", help="TEST's error may be K x REF's against float64 (default 2)")
-    parser.add_argument("--allow-truncated", action="store_true", help="judge a truncated dump on the records it has")
-    parser.add_argument("--window", type=int, default=2048, metavar="N", help="alignment window in records (default: %(default)s)")
-    parser.add_argument("--top", type=int, default=25, metavar="N", help="worst records to list (default: %(default)s)")
-    parser.add_argument("--format", choices=("table", "json", "csv", "markdown", "html"), default="table")
+    parser.add_argument(
+        "--criterion",
+        choices=("norm", "max", "elementwise"),
+        default="norm",
+        help="how op outputs are judged (default: %(default)s; see docs/compare.md)",
+    )
+    parser.add_argument(
+        "--replay",
+        choices=("failing", "all", "none"),
+        default="failing",
+        help="with full tensors: which ops to replay in float64 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--replay-ratio",
+        type=float,
+        metavar="K",
+        help="TEST's error may be K x REF's against float64 (default 2)",
+    )
+    parser.add_argument(
+        "--allow-truncated",
+        action="store_true",
+        help="judge a truncated dump on the records it has",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=2048,
+        metavar="N",
+        help="alignment window in records (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--top",
+        type=int,
+        default=25,
+        metavar="N",
+        help="worst records to list (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--format", choices=("table", "json", "csv", "markdown", "html"), default="table"
+    )
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     parser.set_defaults(handler=run)

@@ -26,7 +26,9 @@ def _per_metric(values: list[str]) -> tuple[float | None, dict[str, float]]:
             else:
                 base = float(value)
         except ValueError:
-            raise UserError(f"--tolerance {value}: write a fraction (0.01) or METRIC=FRACTION (grad_norm=0.1)") from None
+            raise UserError(
+                f"--tolerance {value}: write a fraction (0.01) or METRIC=FRACTION (grad_norm=0.1)"
+            ) from None
     return base, per
 
 
@@ -63,14 +65,56 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("ref", help="reference run log (CSV, JSONL, or TensorBoard file/folder)")
     parser.add_argument("tests", nargs="+", metavar="TEST", help="runs to check, same formats")
-    parser.add_argument("--seed", action="append", default=[], metavar="LOG", help="the reference run with another seed (noise band); repeatable")
-    parser.add_argument("--metric", action="append", default=[], metavar="NAME", help="metric to compare (default: loss and grad_norm); repeatable")
-    parser.add_argument("--judge", action="append", default=[], metavar="NAME", help="metric the verdict depends on (default: loss); repeatable")
-    parser.add_argument("--tolerance", action="append", default=[], metavar="FRAC|METRIC=FRAC", help="relative gap allowed (default 0.01)")
-    parser.add_argument("--smooth", type=float, default=0.0, metavar="ALPHA", help="EMA weight of the past, 0..1 (default: no smoothing)")
-    parser.add_argument("--max-outside", type=float, default=0.05, metavar="FRAC", help="with --seed: share of steps allowed outside the band")
-    parser.add_argument("--per-step", action="store_true", help="also require every step within the tolerance (Megatron's rule)")
-    parser.add_argument("--png", metavar="FILE", help="also write the curves as a PNG (needs matplotlib)")
+    parser.add_argument(
+        "--seed",
+        action="append",
+        default=[],
+        metavar="LOG",
+        help="the reference run with another seed (noise band); repeatable",
+    )
+    parser.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="metric to compare (default: loss and grad_norm); repeatable",
+    )
+    parser.add_argument(
+        "--judge",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="metric the verdict depends on (default: loss); repeatable",
+    )
+    parser.add_argument(
+        "--tolerance",
+        action="append",
+        default=[],
+        metavar="FRAC|METRIC=FRAC",
+        help="relative gap allowed (default 0.01)",
+    )
+    parser.add_argument(
+        "--smooth",
+        type=float,
+        default=0.0,
+        metavar="ALPHA",
+        help="EMA weight of the past, 0..1 (default: no smoothing)",
+    )
+    parser.add_argument(
+        "--max-outside",
+        type=float,
+        default=0.05,
+        metavar="FRAC",
+        help="with --seed: share of steps allowed outside the band",
+    )
+    parser.add_argument(
+        "--per-step",
+        action="store_true",
+        help="also require every step within the tolerance (Megatron's rule)",
+    )
+    parser.add_argument(
+        "--png", metavar="FILE", help="also write the curves as a PNG (needs matplotlib)"
+    )
     parser.add_argument("--format", choices=("table", "json", "markdown", "html"), default="table")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     parser.set_defaults(handler=run)

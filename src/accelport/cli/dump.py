@@ -29,7 +29,9 @@ def _filters(values: list[str], flag: str) -> tuple[list[str], list[str]]:
         elif kind == "op" and pattern:
             ops.append(pattern)
         else:
-            raise UserError(f"{flag} {value}: write module:GLOB or op:GLOB (for example module:blocks.0.* or op:aten.addmm*)")
+            raise UserError(
+                f"{flag} {value}: write module:GLOB or op:GLOB (for example module:blocks.0.* or op:aten.addmm*)"
+            )
     return modules, ops
 
 
@@ -38,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise UserError("accelport dump: give the command to run after --, for example: accelport dump -o run -- python train.py")
+        raise UserError(
+            "accelport dump: give the command to run after --, for example: accelport dump -o run -- python train.py"
+        )
     folder = os.path.abspath(args.output_dir)
     if os.path.exists(folder) and os.listdir(folder):
         raise UserError(f"{args.output_dir}: folder is not empty; dump into a new folder")
@@ -50,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
     phases = args.phases.split(",") if args.phases else ["forward", "backward", "other"]
     for phase in phases:
         if phase not in PHASES:
-            raise UserError(f"--phases {args.phases}: unknown phase {phase!r}; choose from {', '.join(PHASES)}")
+            raise UserError(
+                f"--phases {args.phases}: unknown phase {phase!r}; choose from {', '.join(PHASES)}"
+            )
     options = {
         "dir": folder,
         "tensors": args.tensors,
@@ -65,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     }
     env = dict(os.environ)
     env[ENV_VAR] = json.dumps(options)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(bootstrap_dir()), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(bootstrap_dir()), env.get("PYTHONPATH", "")) if p
+    )
     try:
         code = subprocess.call(command, env=env)
     except FileNotFoundError:
@@ -82,7 +90,9 @@ def _summary(folder: str, code: int) -> str:
 
     roots = [Path(folder)]
     if Path(folder).is_dir():
-        roots += sorted(p for p in Path(folder).iterdir() if p.is_dir() and p.name.startswith(("rank", "pid")))
+        roots += sorted(
+            p for p in Path(folder).iterdir() if p.is_dir() and p.name.startswith(("rank", "pid"))
+        )
     lines = []
     for root in roots:
         if not (root / dumpfile.MANIFEST).exists():
@@ -92,9 +102,13 @@ def _summary(folder: str, code: int) -> str:
         for record in dumpfile.iter_records(root, info):
             steps.add(record.get("step"))
         state = f"TRUNCATED ({info.truncated_reason})" if info.truncated else "complete"
-        lines.append(f"accelport dump: {root}: {info.records} records over {len(steps)} steps, {info.header.get('mode')} mode, {state}")
+        lines.append(
+            f"accelport dump: {root}: {info.records} records over {len(steps)} steps, {info.header.get('mode')} mode, {state}"
+        )
     if not lines:
-        lines.append(f"accelport dump: {folder}: nothing recorded (the command ran no PyTorch ops, or did not start Python)")
+        lines.append(
+            f"accelport dump: {folder}: nothing recorded (the command ran no PyTorch ops, or did not start Python)"
+        )
     if code != 0:
         lines.append(f"accelport dump: the command exited with {code}")
     return "\n".join(lines) + "\n"
@@ -107,16 +121,59 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-o", "--output-dir", required=True, metavar="DIR", help="new folder for the dump (per rank: DIR/rankN)")
-    parser.add_argument("--steps", metavar="N..M", help="record only these steps (N, N..M or N..); a step ends at optimizer.step()")
-    parser.add_argument("--tensors", action="store_true", help="save full tensors as well (safetensors, one file per step)")
-    parser.add_argument("--filter", action="append", default=[], metavar="module:GLOB|op:GLOB", help="record only matching records; repeatable")
     parser.add_argument(
-        "--tensor-filter", action="append", default=[], metavar="module:GLOB|op:GLOB", help="with --tensors: keep full tensors only for matching records"
+        "-o",
+        "--output-dir",
+        required=True,
+        metavar="DIR",
+        help="new folder for the dump (per rank: DIR/rankN)",
     )
-    parser.add_argument("--phases", metavar="LIST", help="comma-separated: forward,backward,optimizer,other (default: forward,backward,other)")
-    parser.add_argument("--checksums", action="store_true", help="CRC-32 of every tensor (bit-exact comparison; copies tensors to the host)")
-    parser.add_argument("--step-on", choices=("optimizer", "forward", "manual"), default="optimizer", help="what ends a step (default: %(default)s)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no summary line after the command")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run, e.g. -- python train.py --steps 2")
+    parser.add_argument(
+        "--steps",
+        metavar="N..M",
+        help="record only these steps (N, N..M or N..); a step ends at optimizer.step()",
+    )
+    parser.add_argument(
+        "--tensors",
+        action="store_true",
+        help="save full tensors as well (safetensors, one file per step)",
+    )
+    parser.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="module:GLOB|op:GLOB",
+        help="record only matching records; repeatable",
+    )
+    parser.add_argument(
+        "--tensor-filter",
+        action="append",
+        default=[],
+        metavar="module:GLOB|op:GLOB",
+        help="with --tensors: keep full tensors only for matching records",
+    )
+    parser.add_argument(
+        "--phases",
+        metavar="LIST",
+        help="comma-separated: forward,backward,optimizer,other (default: forward,backward,other)",
+    )
+    parser.add_argument(
+        "--checksums",
+        action="store_true",
+        help="CRC-32 of every tensor (bit-exact comparison; copies tensors to the host)",
+    )
+    parser.add_argument(
+        "--step-on",
+        choices=("optimizer", "forward", "manual"),
+        default="optimizer",
+        help="what ends a step (default: %(default)s)",
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no summary line after the command"
+    )
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        help="-- then the command to run, e.g. -- python train.py --steps 2",
+    )
     parser.set_defaults(handler=run)

@@ -33,8 +33,12 @@ class Mapping:
 
     ops: dict[str, str] = field(default_factory=dict)  # TEST op -> REF op
     modules: dict[str, str] = field(default_factory=dict)  # TEST module prefix -> REF prefix
-    fused_ref: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)  # name, REF op sequence
-    fused_test: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)  # name, TEST op sequence
+    fused_ref: list[tuple[str, tuple[str, ...]]] = field(
+        default_factory=list
+    )  # name, REF op sequence
+    fused_test: list[tuple[str, tuple[str, ...]]] = field(
+        default_factory=list
+    )  # name, TEST op sequence
 
     @classmethod
     def load(cls, path: str | Path | None) -> Mapping:
@@ -46,7 +50,9 @@ class Mapping:
         except FileNotFoundError:
             raise UserError(f"{path}: mapping file not found; check --map") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise UserError(f"{path}: not valid TOML ({exc}); see docs/compare.md for the mapping format") from None
+            raise UserError(
+                f"{path}: not valid TOML ({exc}); see docs/compare.md for the mapping format"
+            ) from None
         mapping = cls()
         rename = data.get("rename", {})
         mapping.ops = {str(k): str(v) for k, v in rename.get("ops", {}).items()}
@@ -54,7 +60,9 @@ class Mapping:
         for index, entry in enumerate(data.get("fuse", [])):
             name = entry.get("name")
             if not name or not (entry.get("ref") or entry.get("test")):
-                raise UserError(f"{path}: [[fuse]] entry {index + 1} needs `name` and a `ref` or `test` op list")
+                raise UserError(
+                    f"{path}: [[fuse]] entry {index + 1} needs `name` and a `ref` or `test` op list"
+                )
             if entry.get("ref"):
                 mapping.fused_ref.append((str(name), tuple(str(o) for o in entry["ref"])))
             if entry.get("test"):
@@ -68,7 +76,11 @@ class Mapping:
         module = record.get("module", "")
         for prefix in sorted(self.modules, key=len, reverse=True):
             if module == prefix or module.startswith(prefix):
-                record = {**record, "module": self.modules[prefix] + module[len(prefix) :], "module_test": module}
+                record = {
+                    **record,
+                    "module": self.modules[prefix] + module[len(prefix) :],
+                    "module_test": module,
+                }
                 break
         return record
 
@@ -80,10 +92,17 @@ def key(record: Record) -> tuple[str, str, str, tuple[int, ...]]:
     detaches of a weight and of its bias) when the two autograd engines order them differently.
     """
     outs = record.get("out") or [{}]
-    return (record.get("phase", ""), record.get("module", ""), record.get("op", ""), tuple(outs[0].get("shape") or ()))
+    return (
+        record.get("phase", ""),
+        record.get("module", ""),
+        record.get("op", ""),
+        tuple(outs[0].get("shape") or ()),
+    )
 
 
-def fuse(records: Iterable[Record], patterns: list[tuple[str, tuple[str, ...]]]) -> Iterator[Record]:
+def fuse(
+    records: Iterable[Record], patterns: list[tuple[str, tuple[str, ...]]]
+) -> Iterator[Record]:
     """Collapse each run of ops matching a pattern (same step, phase and module) into one record."""
     if not patterns:
         yield from records
@@ -241,7 +260,11 @@ def _align_step(ref: _StepReader, test: _StepReader, step: int, window: int) -> 
         whole_r = ref.step_read(step, n_r)
         whole_t = test.step_read(step, n_t)
         last = blocks[-1]
-        if len(blocks) > 1 and not (whole_r and whole_t) and (last.a + last.size >= n_r or last.b + last.size >= n_t):
+        if (
+            len(blocks) > 1
+            and not (whole_r and whole_t)
+            and (last.a + last.size >= n_r or last.b + last.size >= n_t)
+        ):
             blocks = blocks[:-1]
         pos_a = pos_b = 0
         for block in blocks:

@@ -39,7 +39,9 @@ _CACHE_LIMIT = 100_000
 @dataclass
 class CompareOptions:
     mapping: str | Path | None = None
-    tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)  # dtype or "*" -> (rtol, atol)
+    tolerances: dict[str, tuple[float, float]] = field(
+        default_factory=dict
+    )  # dtype or "*" -> (rtol, atol)
     criterion: str = "norm"  # for op outputs; parameters and inputs always use "max" (see metrics)
     # With full tensors: "failing" replays each op that fails while its inputs agree (drift or
     # bug?), "all" replays every op (finds bugs smaller than the tolerance), "none" never replays.
@@ -80,7 +82,7 @@ class CompareResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON (non-finite numbers as the strings 'inf', '-inf', 'nan')."""
-        return _json_safe(self._data())
+        return dumpfile.json_safe(self._data())
 
     def _data(self) -> dict[str, Any]:
         return {
@@ -123,16 +125,6 @@ class CompareResult:
         self.close()
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float):
-        return dumpfile.clean_float(value)
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _identity(record: Mapping[str, Any] | None) -> dict[str, Any]:
     if record is None:
         return {}
@@ -162,7 +154,20 @@ class _Comparer:
         self.pool = ThreadPoolExecutor(max_workers=options.threads) if options.threads > 1 else None
         self.spool = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 - owned by the result, closed by its close()
         self.counts = {
-            k: 0 for k in ("rows", "matched", "only_ref", "only_test", "failed", "tensors", "after_truncation", "benign_extra", "replayed", "op_bugs", "drift")
+            k: 0
+            for k in (
+                "rows",
+                "matched",
+                "only_ref",
+                "only_test",
+                "failed",
+                "tensors",
+                "after_truncation",
+                "benign_extra",
+                "replayed",
+                "op_bugs",
+                "drift",
+            )
         }
         self.worst: list[tuple[float, int, dict[str, Any]]] = []
         self.modules: dict[str, dict[str, Any]] = {}
@@ -171,7 +176,9 @@ class _Comparer:
         self.only: dict[str, list[dict[str, Any]]] = {"ref": [], "test": []}
         self.first: dict[str, Any] | None = None
         self.first_pair: tuple[dict[str, Any], dict[str, Any]] | None = None
-        self.candidate: tuple[int, dict[str, Any]] | None = None  # (step, row) of an extra op that changed values
+        self.candidate: tuple[int, dict[str, Any]] | None = (
+            None  # (step, row) of an extra op that changed values
+        )
         # Autocast dtypes seen in either run: every tensor of a mixed-precision run carries that
         # dtype's rounding (even those stored in float32), so its tolerance applies throughout.
         self.amp_by_side: dict[str, set[str]] = {"ref": set(), "test": set()}
@@ -180,19 +187,43 @@ class _Comparer:
 
     # -- tensors -----------------------------------------------------------------------------
 
-    def _tensor(self, r: Mapping[str, Any], t: Mapping[str, Any], leaf: bool = False, exact_bits: bool = False) -> TensorDiff:
+    def _tensor(
+        self,
+        r: Mapping[str, Any],
+        t: Mapping[str, Any],
+        leaf: bool = False,
+        exact_bits: bool = False,
+    ) -> TensorDiff:
         criterion = "max" if leaf and self.options.criterion == "norm" else self.options.criterion
         diff = self._tensor_diff(r, t, criterion)
         if exact_bits and diff.passed and r["dtype"] == t["dtype"]:
             # Where both runs must start alike (parameters before the first update, model
             # inputs), any change of bits is a difference at the source.
-            if r.get("crc32") is not None and t.get("crc32") is not None and r["crc32"] != t["crc32"]:
-                return TensorDiff(False, max(diff.score, 1.0), "bits differ (CRC-32) although both runs must start from the same values", "checksum", diff.metrics)
+            if (
+                r.get("crc32") is not None
+                and t.get("crc32") is not None
+                and r["crc32"] != t["crc32"]
+            ):
+                return TensorDiff(
+                    False,
+                    max(diff.score, 1.0),
+                    "bits differ (CRC-32) although both runs must start from the same values",
+                    "checksum",
+                    diff.metrics,
+                )
             if diff.source == "tensor" and diff.metrics.get("max_abs", 0.0) > 0:
-                return TensorDiff(False, max(diff.score, 1.0), f"values differ (max |diff| {diff.metrics['max_abs']:.3g}) although both runs must start from the same values", "tensor", diff.metrics)
+                return TensorDiff(
+                    False,
+                    max(diff.score, 1.0),
+                    f"values differ (max |diff| {diff.metrics['max_abs']:.3g}) although both runs must start from the same values",
+                    "tensor",
+                    diff.metrics,
+                )
         return diff
 
-    def _tensor_diff(self, r: Mapping[str, Any], t: Mapping[str, Any], criterion: str) -> TensorDiff:
+    def _tensor_diff(
+        self, r: Mapping[str, Any], t: Mapping[str, Any], criterion: str
+    ) -> TensorDiff:
         if r.get("stats") is None or t.get("stats") is None:
             if r.get("uninitialised") or t.get("uninitialised"):
                 return TensorDiff(True, 0.0, "", "uninitialised")
@@ -202,10 +233,30 @@ class _Comparer:
         if problem:
             return TensorDiff(False, math.inf, problem, "shape")
         tol = metrics.tolerance_for(r["dtype"], t["dtype"], self.options.tolerances, self.amp)
-        if r.get("crc32") is not None and r.get("crc32") == t.get("crc32") and r["dtype"] == t["dtype"]:
-            return TensorDiff(True, 0.0, "", "checksum", {"max_abs": 0.0, "cosine": 1.0, "allclose": 1.0})
-        if "file" in r and "file" in t and r["dtype"] in dumpfile.DTYPES and t["dtype"] in dumpfile.DTYPES:
-            key = (r["file"], r["start"], t["file"], t["start"], r["dtype"], t["dtype"], criterion, tol)
+        if (
+            r.get("crc32") is not None
+            and r.get("crc32") == t.get("crc32")
+            and r["dtype"] == t["dtype"]
+        ):
+            return TensorDiff(
+                True, 0.0, "", "checksum", {"max_abs": 0.0, "cosine": 1.0, "allclose": 1.0}
+            )
+        if (
+            "file" in r
+            and "file" in t
+            and r["dtype"] in dumpfile.DTYPES
+            and t["dtype"] in dumpfile.DTYPES
+        ):
+            key = (
+                r["file"],
+                r["start"],
+                t["file"],
+                t["start"],
+                r["dtype"],
+                t["dtype"],
+                criterion,
+                tol,
+            )
             hit = self.cache.get(key)
             if hit is not None:
                 self.cache.move_to_end(key)
@@ -219,9 +270,13 @@ class _Comparer:
             return TensorDiff(False, math.inf, "statistics missing on one side", "stats")
         return metrics.compare_stats(r, t, tol, criterion)
 
-    def _tensor_full(self, r: Mapping[str, Any], t: Mapping[str, Any], tol: Tolerance, criterion: str) -> TensorDiff:
+    def _tensor_full(
+        self, r: Mapping[str, Any], t: Mapping[str, Any], tol: Tolerance, criterion: str
+    ) -> TensorDiff:
         self.counts["tensors"] += 1
-        return metrics.compare_tensors(self.ref_files, r, self.test_files, t, tol, criterion, self.pool)
+        return metrics.compare_tensors(
+            self.ref_files, r, self.test_files, t, tol, criterion, self.pool
+        )
 
     # -- one aligned pair --------------------------------------------------------------------
 
@@ -237,7 +292,9 @@ class _Comparer:
         for candidate in record.get("in", []):
             if candidate.get("stats") is None or math.prod(candidate.get("shape", [])) != size:
                 continue
-            tol = metrics.tolerance_for(candidate["dtype"], out["dtype"], self.options.tolerances, self.amp)
+            tol = metrics.tolerance_for(
+                candidate["dtype"], out["dtype"], self.options.tolerances, self.amp
+            )
             diff = metrics.compare_stats({**candidate, "shape": out["shape"]}, out, tol, "max")
             if diff.passed:
                 return False, "keeps its input's values (cast, copy or view)"
@@ -246,7 +303,9 @@ class _Comparer:
             return True, "fills a new tensor"
         return True, "output computed from other inputs"
 
-    def _row(self, ref: Mapping[str, Any] | None, test: Mapping[str, Any] | None, beyond_truncation: bool) -> dict[str, Any]:
+    def _row(
+        self, ref: Mapping[str, Any] | None, test: Mapping[str, Any] | None, beyond_truncation: bool
+    ) -> dict[str, Any]:
         base = ref if ref is not None else test
         assert base is not None
         row: dict[str, Any] = _identity(base)
@@ -284,7 +343,8 @@ class _Comparer:
         inputs_ok = all(d.passed for d in in_diffs) and same_count
         # Inputs that fail only because an earlier op's difference was shown to be drift.
         inputs_drift = same_count and all(
-            d.passed or _data_key(r_in) in self.explained for d, r_in in zip(in_diffs, ref.get("in", []), strict=False)
+            d.passed or _data_key(r_in) in self.explained
+            for d, r_in in zip(in_diffs, ref.get("in", []), strict=False)
         )
         out_diffs = []
         r_out, t_out = ref.get("out", []), test.get("out", [])
@@ -294,7 +354,9 @@ class _Comparer:
             out_diffs.append(self._tensor(r_o, t_o, leaf=leaf, exact_bits=exact))
         failed = [d for d in out_diffs if not d.passed]
         if len(r_out) != len(t_out):
-            failed.append(TensorDiff(False, math.inf, f"{len(r_out)} outputs vs {len(t_out)}", "shape"))
+            failed.append(
+                TensorDiff(False, math.inf, f"{len(r_out)} outputs vs {len(t_out)}", "shape")
+            )
         worst = max(out_diffs + failed, key=lambda d: d.score, default=TensorDiff(True, 0.0))
         row["status"] = "fail" if failed else "pass"
         row["inputs_ok"] = inputs_ok
@@ -305,14 +367,20 @@ class _Comparer:
         first_out = (r_out or [{}])[0], (t_out or [{}])[0]
         row["dtype_ref"], row["dtype_test"] = first_out[0].get("dtype"), first_out[1].get("dtype")
         row["shape"] = first_out[0].get("shape")
-        if ref.get("args") != test.get("args") and ref.get("k") == "op" and not (ref.get("fused_from") or test.get("fused_from")):
+        if (
+            ref.get("args") != test.get("args")
+            and ref.get("k") == "op"
+            and not (ref.get("fused_from") or test.get("fused_from"))
+        ):
             row["args_ref"], row["args_test"] = ref.get("args"), test.get("args")
         if not inputs_ok:
             bad = [i for i, d in enumerate(in_diffs) if not d.passed]
             row["inputs_failed"] = bad
         replayable = ref.get("k") == "op" and _has_tensors(ref) and _has_tensors(test)
         wanted = self.options.replay == "all" or (
-            self.options.replay == "failing" and row["status"] == "fail" and (inputs_ok or inputs_drift)
+            self.options.replay == "failing"
+            and row["status"] == "fail"
+            and (inputs_ok or inputs_drift)
         )
         if replayable and wanted:
             from accelport.verify.replay import replay
@@ -333,7 +401,12 @@ class _Comparer:
                     row["reason"] = f"{row['reason']}; explained: {found['summary']}"
                     for r_o in r_out:
                         self.explained.add(_data_key(r_o))
-        elif row["status"] == "fail" and inputs_drift and not inputs_ok and ref.get("op") in _SAME_VALUES_OPS:
+        elif (
+            row["status"] == "fail"
+            and inputs_drift
+            and not inputs_ok
+            and ref.get("op") in _SAME_VALUES_OPS
+        ):
             # A view or copy of a tensor already shown to be drift.
             row["status"] = "drift"
             for r_o in r_out:
@@ -344,9 +417,14 @@ class _Comparer:
 
     def run(self) -> CompareResult:
         started = time.monotonic()
-        ref_records = align.fuse(dumpfile.iter_records(self.ref_path, self.ref_info), self.mapping.fused_ref)
+        ref_records = align.fuse(
+            dumpfile.iter_records(self.ref_path, self.ref_info), self.mapping.fused_ref
+        )
         test_records = align.fuse(
-            (self.mapping.rename_test(r) for r in dumpfile.iter_records(self.test_path, self.test_info)),
+            (
+                self.mapping.rename_test(r)
+                for r in dumpfile.iter_records(self.test_path, self.test_info)
+            ),
             self.mapping.fused_test,
         )
         ref_records = self._track_steps(ref_records, "ref")
@@ -359,16 +437,22 @@ class _Comparer:
             if base.get("step") != current_step:
                 current_step = base.get("step")
                 self.candidate = None
-            beyond = (test is None and self.test_info.truncated) or (ref is None and self.ref_info.truncated)
+            beyond = (test is None and self.test_info.truncated) or (
+                ref is None and self.ref_info.truncated
+            )
             row = self._row(ref, test, beyond)
             row["row"] = index
             index += 1
             self._account(row, ref, test)
-            self.spool.write(json.dumps(row, separators=(",", ":"), default=dumpfile.json_default) + "\n")
+            self.spool.write(
+                json.dumps(row, separators=(",", ":"), default=dumpfile.json_default) + "\n"
+            )
         self.counts["rows"] = index
         return self._result(time.monotonic() - started)
 
-    def _track_steps(self, records: Iterator[dict[str, Any]], side: str) -> Iterator[dict[str, Any]]:
+    def _track_steps(
+        self, records: Iterator[dict[str, Any]], side: str
+    ) -> Iterator[dict[str, Any]]:
         """Drop step records from the stream, remembering each side's mixed-precision policy."""
         for record in records:
             if record.get("k") == "step":
@@ -378,7 +462,9 @@ class _Comparer:
                 continue
             yield record
 
-    def _account(self, row: dict[str, Any], ref: Mapping[str, Any] | None, test: Mapping[str, Any] | None) -> None:
+    def _account(
+        self, row: dict[str, Any], ref: Mapping[str, Any] | None, test: Mapping[str, Any] | None
+    ) -> None:
         status = row["status"]
         if status == "not_compared":
             self.counts["after_truncation"] += 1
@@ -389,7 +475,20 @@ class _Comparer:
             if not row.get("changes_values"):
                 self.counts["benign_extra"] += 1
             elif len(self.only[side]) < self.options.top:
-                self.only[side].append({k: row.get(k) for k in ("step", "phase", "module", "op", "call_index", "source_line", "reason")})
+                self.only[side].append(
+                    {
+                        k: row.get(k)
+                        for k in (
+                            "step",
+                            "phase",
+                            "module",
+                            "op",
+                            "call_index",
+                            "source_line",
+                            "reason",
+                        )
+                    }
+                )
             if row.get("changes_values") and self.candidate is None and self.first is None:
                 self.candidate = (row.get("step"), row)
             return
@@ -403,7 +502,14 @@ class _Comparer:
         module = row.get("module") or ""
         aggregate = self.modules.get(module)
         if aggregate is None:
-            aggregate = self.modules[module] = {"module": module, "order": len(self.modules), "records": 0, "failed": 0, "max_score": 0.0, "max_rel_l2": 0.0}
+            aggregate = self.modules[module] = {
+                "module": module,
+                "order": len(self.modules),
+                "records": 0,
+                "failed": 0,
+                "max_score": 0.0,
+                "max_rel_l2": 0.0,
+            }
         aggregate["records"] += 1
         score = row.get("score", 0.0)
         if math.isfinite(score):
@@ -428,7 +534,9 @@ class _Comparer:
             if self.first is None:
                 self._first_divergence(row, ref, test)
 
-    def _first_divergence(self, row: dict[str, Any], ref: Mapping[str, Any] | None, test: Mapping[str, Any] | None) -> None:
+    def _first_divergence(
+        self, row: dict[str, Any], ref: Mapping[str, Any] | None, test: Mapping[str, Any] | None
+    ) -> None:
         kind = row.get("kind")
         if row.get("op_bug"):
             first = _brief(row)
@@ -450,13 +558,17 @@ class _Comparer:
         if self.candidate is not None:
             _, extra = self.candidate
             first = _brief(extra)
-            first["cause"] = f"op ran on {'TEST' if extra['status'] == 'only_test' else 'REF'} only and changed values ({extra['reason']})"
+            first["cause"] = (
+                f"op ran on {'TEST' if extra['status'] == 'only_test' else 'REF'} only and changed values ({extra['reason']})"
+            )
             first["first_failing_record"] = _brief(row)
             first["replay"] = {"status": "not replayed", "why": "the op ran on one side only"}
             self.first = first
             return
         first = _brief(row)
-        first["cause"] = "inputs already differ and no recorded op explains it (an op outside the capture, or a filter)"
+        first["cause"] = (
+            "inputs already differ and no recorded op explains it (an op outside the capture, or a filter)"
+        )
         first["replay"] = {"status": "not replayed", "why": "its inputs already differ"}
         self.first = first
 
@@ -472,26 +584,46 @@ class _Comparer:
             if info.truncated:
                 reasons.append(f"{side} dump {info.path} is truncated: {info.truncated_reason}")
         if self.counts["failed"]:
-            reasons.append(f"{self.counts['failed']} of {self.counts['matched']} aligned records differ beyond tolerance")
+            reasons.append(
+                f"{self.counts['failed']} of {self.counts['matched']} aligned records differ beyond tolerance"
+            )
         if self.counts["matched"] == 0:
-            reasons.append("no record of one dump matches the other (different models, or a --map is needed)")
+            reasons.append(
+                "no record of one dump matches the other (different models, or a --map is needed)"
+            )
         truncated_any = truncated["ref"] or truncated["test"]
         if self.counts["op_bugs"]:
-            reasons.append(f"op-local replay: {self.counts['op_bugs']} ops compute wrongly on TEST (more than k x REF's error against float64)")
+            reasons.append(
+                f"op-local replay: {self.counts['op_bugs']} ops compute wrongly on TEST (more than k x REF's error against float64)"
+            )
         if self.first is not None and "replay" in self.first:
             pass
-        elif self.first is not None and self.first_pair is not None and self.options.replay != "none" and _has_tensors(self.first_pair[0]):
+        elif (
+            self.first is not None
+            and self.first_pair is not None
+            and self.options.replay != "none"
+            and _has_tensors(self.first_pair[0])
+        ):
             ref, test = self.first_pair
             from accelport.verify.replay import replay
 
-            self.first["replay"] = replay(ref, test, self.ref_files, self.test_files, self.replay_ratio)
+            self.first["replay"] = replay(
+                ref, test, self.ref_files, self.test_files, self.replay_ratio
+            )
         elif self.first is not None:
             self.first["replay"] = (
                 {"status": "not replayable", "why": "not an op record"}
                 if self.first.get("kind") != "op"
-                else {"status": "not replayable", "why": "needs full tensors of inputs and outputs (dump with --tensors)"}
+                else {
+                    "status": "not replayable",
+                    "why": "needs full tensors of inputs and outputs (dump with --tensors)",
+                }
             )
-        passed = not reasons or (self.options.allow_truncated and truncated_any and all("truncated" in r for r in reasons))
+        passed = not reasons or (
+            self.options.allow_truncated
+            and truncated_any
+            and all("truncated" in r for r in reasons)
+        )
         worst = [entry for _, _, entry in sorted(self.worst, reverse=True)]
         modules = sorted(self.modules.values(), key=lambda m: m["order"])
         for m in modules:
@@ -514,8 +646,14 @@ class _Comparer:
             worst=worst,
             modules=modules,
             only=self.only,
-            modes={"ref": self.ref_info.header.get("mode", "?"), "test": self.test_info.header.get("mode", "?")},
-            environment={"ref": _env_summary(self.ref_info.header), "test": _env_summary(self.test_info.header)},
+            modes={
+                "ref": self.ref_info.header.get("mode", "?"),
+                "test": self.test_info.header.get("mode", "?"),
+            },
+            environment={
+                "ref": _env_summary(self.ref_info.header),
+                "test": _env_summary(self.test_info.header),
+            },
             options={
                 "tolerances": {d: list(v) for d, v in self.options.tolerances.items()},
                 "criterion": self.options.criterion,
@@ -543,7 +681,11 @@ def _data_key(entry: Mapping[str, Any]) -> tuple:
 
 
 def _has_tensors(record: Mapping[str, Any]) -> bool:
-    return all("file" in t for t in record.get("in", []) + record.get("out", []) if t.get("stats") is not None)
+    return all(
+        "file" in t
+        for t in record.get("in", []) + record.get("out", [])
+        if t.get("stats") is not None
+    )
 
 
 def _brief(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -553,7 +695,10 @@ def _brief(row: Mapping[str, Any]) -> dict[str, Any]:
     if "score" in brief:
         brief["score"] = dumpfile.clean_float(float(brief["score"]))
     if isinstance(brief.get("metrics"), dict):
-        brief["metrics"] = {k: dumpfile.clean_float(v) if isinstance(v, float) else v for k, v in brief["metrics"].items()}
+        brief["metrics"] = {
+            k: dumpfile.clean_float(v) if isinstance(v, float) else v
+            for k, v in brief["metrics"].items()
+        }
     return brief
 
 

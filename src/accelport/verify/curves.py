@@ -58,11 +58,15 @@ def read_run(path: str | Path) -> Run:
     """Read a CSV, JSONL or TensorBoard log into a `Run`."""
     path = Path(path)
     if not path.exists():
-        raise UserError(f"{path}: not found; give a CSV, JSONL or TensorBoard log of a training run")
+        raise UserError(
+            f"{path}: not found; give a CSV, JSONL or TensorBoard log of a training run"
+        )
     if path.is_dir() or "tfevents" in path.name:
         files = tfevents.event_files(path)
         if not files:
-            raise UserError(f"{path}: no TensorBoard event files (events.out.tfevents.*) in this folder")
+            raise UserError(
+                f"{path}: no TensorBoard event files (events.out.tfevents.*) in this folder"
+            )
         series: dict[str, dict[int, float]] = {}
         duplicates = 0
         for file in files:
@@ -85,14 +89,18 @@ def _read_jsonl(path: Path, text: str) -> Run:
         try:
             row = json.loads(line)
         except ValueError:
-            raise UserError(f"{path}:{number}: not a JSON object; each line must be one JSON object with a step") from None
+            raise UserError(
+                f"{path}:{number}: not a JSON object; each line must be one JSON object with a step"
+            ) from None
         step_key = next((k for k in STEP_NAMES if k in row), None)
         if step_key is None:
             raise UserError(f"{path}:{number}: no step field ({', '.join(STEP_NAMES)})")
         step = int(row[step_key])
         repeated = False
         for key, value in row.items():
-            number_value = _number(value) if key != step_key and not isinstance(value, bool) else None
+            number_value = (
+                _number(value) if key != step_key and not isinstance(value, bool) else None
+            )
             if number_value is not None:
                 repeated |= _store(series, key, step, number_value)
         duplicates += repeated
@@ -107,7 +115,9 @@ def _read_csv(path: Path, text: str) -> Run:
     names = [h.strip() for h in header]
     step_col = next((i for i, h in enumerate(names) if h.lower() in STEP_NAMES), None)
     if step_col is None:
-        raise UserError(f"{path}: CSV header {','.join(names)} has no step column ({', '.join(STEP_NAMES)})")
+        raise UserError(
+            f"{path}: CSV header {','.join(names)} has no step column ({', '.join(STEP_NAMES)})"
+        )
     series: dict[str, dict[int, float]] = {}
     duplicates = 0
     for row in reader:
@@ -159,7 +169,9 @@ class MetricResult:
     mean_gap: dict[str, float]
     max_gap: dict[str, float]
     band: tuple[list[float], list[float]] | None = None
-    outside: dict[str, float] = field(default_factory=dict)  # fraction of steps outside band/tolerance
+    outside: dict[str, float] = field(
+        default_factory=dict
+    )  # fraction of steps outside band/tolerance
     reasons: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -176,6 +188,12 @@ class MetricResult:
             "max_gap": self.max_gap,
             "outside_band": self.outside if self.band else None,
             "reasons": self.reasons,
+            "per_step": {
+                "step": self.steps,
+                "ref": self.ref,
+                "test": self.tests,
+                "relative_gap": self.gaps,
+            },
         }
 
 
@@ -191,7 +209,9 @@ class CurvesResult:
 
     @property
     def passed(self) -> bool:
-        return all(m.passed for m in self.metrics if m.judged) and any(m.judged for m in self.metrics)
+        return all(m.passed for m in self.metrics if m.judged) and any(
+            m.judged for m in self.metrics
+        )
 
     @property
     def verdict(self) -> str:
@@ -201,32 +221,47 @@ class CurvesResult:
         return next((m for m in self.metrics if m.judged), None)
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON (a non-finite value as the string 'nan' or 'inf')."""
+        from accelport.verify.dumpfile import json_safe
+
         judged = self._judged()
-        return {
-            "verdict": self.verdict,
-            "ref": str(self.ref),
-            "tests": [str(t) for t in self.tests],
-            "seeds": [str(s) for s in self.seeds],
-            # Headline gaps: the first judged metric (the loss), worst over the test runs.
-            "final_gap": max(judged.final_gap.values(), default=None) if judged else None,
-            "mean_gap": max(judged.mean_gap.values(), default=None) if judged else None,
-            "metrics": [m.to_dict() for m in self.metrics],
-            "options": self.options,
-        }
+        return json_safe(
+            {
+                "verdict": self.verdict,
+                "ref": str(self.ref),
+                "tests": [str(t) for t in self.tests],
+                "seeds": [str(s) for s in self.seeds],
+                # Headline gaps: the first judged metric (the loss), worst over the test runs.
+                "final_gap": max(judged.final_gap.values(), default=None) if judged else None,
+                "mean_gap": max(judged.mean_gap.values(), default=None) if judged else None,
+                "metrics": [m.to_dict() for m in self.metrics],
+                "options": self.options,
+            }
+        )
 
     def svg(self, metric: str | None = None) -> str:
         """An SVG chart overlaying the curves of one metric (the first judged one by default)."""
         from accelport.report.svg import line_chart
 
-        result = next((m for m in self.metrics if m.metric == metric), None) if metric else self._judged() or (self.metrics[0] if self.metrics else None)
+        result = (
+            next((m for m in self.metrics if m.metric == metric), None)
+            if metric
+            else self._judged() or (self.metrics[0] if self.metrics else None)
+        )
         if result is None:
             return line_chart({}, title="no data")
-        series = {f"REF {self.ref.name}": list(zip(map(float, result.steps), result.ref, strict=True))}
+        series = {
+            f"REF {self.ref.name}": list(zip(map(float, result.steps), result.ref, strict=True))
+        }
         for name, values in result.tests.items():
             series[f"TEST {name}"] = list(zip(map(float, result.steps), values, strict=True))
         if result.band is not None:
-            series["seed band low"] = list(zip(map(float, result.steps), result.band[0], strict=True))
-            series["seed band high"] = list(zip(map(float, result.steps), result.band[1], strict=True))
+            series["seed band low"] = list(
+                zip(map(float, result.steps), result.band[0], strict=True)
+            )
+            series["seed band high"] = list(
+                zip(map(float, result.steps), result.band[1], strict=True)
+            )
         return line_chart(series, title=result.metric, x_label="step", y_label=result.metric)
 
     def png(self, path: str | Path) -> None:
@@ -243,14 +278,21 @@ class CurvesResult:
         from accelport.fileio import atomic_open
 
         shown = self.metrics or []
-        fig, axes = plt.subplots(len(shown) or 1, 1, figsize=(8, 3.2 * max(1, len(shown))), squeeze=False)
+        fig, axes = plt.subplots(
+            len(shown) or 1, 1, figsize=(8, 3.2 * max(1, len(shown))), squeeze=False
+        )
         for axis, result in zip(axes[:, 0], shown, strict=False):
             axis.plot(result.steps, result.ref, label=f"REF {self.ref.name}", linewidth=1.6)
             for name, values in result.tests.items():
                 axis.plot(result.steps, values, label=f"TEST {name}", linewidth=1.2)
             if result.band is not None:
-                axis.fill_between(result.steps, result.band[0], result.band[1], alpha=0.2, label="reference seeds")
-            axis.set_title(f"{result.metric}: {'pass' if result.passed else 'fail'}" + ("" if result.judged else " (not judged)"))
+                axis.fill_between(
+                    result.steps, result.band[0], result.band[1], alpha=0.2, label="reference seeds"
+                )
+            axis.set_title(
+                f"{result.metric}: {'pass' if result.passed else 'fail'}"
+                + ("" if result.judged else " (not judged)")
+            )
             axis.set_xlabel("step")
             axis.legend(fontsize=8)
         fig.tight_layout()
@@ -292,34 +334,54 @@ def compare_curves(
         metrics = [m for m in ("loss", "grad_norm") if all(_metric_key(r, m) for r in everyone)]
         metrics = metrics or sorted(set.intersection(*(set(r.series) for r in everyone)))
     if not metrics:
-        raise UserError(f"{ref}: no metrics found; expected columns or tags such as loss and grad_norm")
-    judged = set(judge) if judge is not None else {m for m in metrics if m.split("/")[-1] in DEFAULT_JUDGED} or {metrics[0]}
+        raise UserError(
+            f"{ref}: no metrics found; expected columns or tags such as loss and grad_norm"
+        )
+    judged = (
+        set(judge)
+        if judge is not None
+        else {m for m in metrics if m.split("/")[-1] in DEFAULT_JUDGED} or {metrics[0]}
+    )
     names = _names([Path(t) for t in tests])
     results = []
     for metric in metrics:
         key_ref = _metric_key(ref_run, metric)
         if key_ref is None:
-            raise UserError(f"{ref}: has no metric {metric!r}; it has {', '.join(sorted(ref_run.series)) or 'none'}")
+            raise UserError(
+                f"{ref}: has no metric {metric!r}; it has {', '.join(sorted(ref_run.series)) or 'none'}"
+            )
         keys = []
         for run in test_runs + seed_runs:
             key = _metric_key(run, metric)
             if key is None:
-                raise UserError(f"{run.path}: has no metric {metric!r}; it has {', '.join(sorted(run.series)) or 'none'}")
+                raise UserError(
+                    f"{run.path}: has no metric {metric!r}; it has {', '.join(sorted(run.series)) or 'none'}"
+                )
             keys.append(key)
-        steps_sets = [set(ref_run.series[key_ref])] + [set(run.series[k]) for run, k in zip(test_runs + seed_runs, keys, strict=True)]
+        steps_sets = [set(ref_run.series[key_ref])] + [
+            set(run.series[k]) for run, k in zip(test_runs + seed_runs, keys, strict=True)
+        ]
         steps = sorted(set.intersection(*steps_sets))
         if not steps:
-            raise UserError(f"{tests[0]}: shares no step with {ref} for {metric!r}; are they logs of the same training?")
+            raise UserError(
+                f"{tests[0]}: shares no step with {ref} for {metric!r}; are they logs of the same training?"
+            )
         tol = (tolerances or {}).get(metric, base_tol)
         ref_values = _ema([ref_run.series[key_ref][s] for s in steps], smooth)
         floor = max(1e-12, 1e-6 * max((abs(v) for v in ref_values), default=0.0))
         band = None
         if seed_runs:
             seed_values = [ref_values] + [
-                _ema([run.series[k][s] for s in steps], smooth) for run, k in zip(seed_runs, keys[len(test_runs) :], strict=True)
+                _ema([run.series[k][s] for s in steps], smooth)
+                for run, k in zip(seed_runs, keys[len(test_runs) :], strict=True)
             ]
-            band = ([min(col) for col in zip(*seed_values, strict=True)], [max(col) for col in zip(*seed_values, strict=True)])
-        result = MetricResult(metric, metric in judged, True, tol, steps, ref_values, {}, {}, {}, {}, {}, band)
+            band = (
+                [min(col) for col in zip(*seed_values, strict=True)],
+                [max(col) for col in zip(*seed_values, strict=True)],
+            )
+        result = MetricResult(
+            metric, metric in judged, True, tol, steps, ref_values, {}, {}, {}, {}, {}, band
+        )
         for name, run, key in zip(names, test_runs, keys, strict=False):
             values = _ema([run.series[key][s] for s in steps], smooth)
             gaps = [_relative(t, r, floor) for t, r in zip(values, ref_values, strict=True)]
@@ -330,21 +392,30 @@ def compare_curves(
             result.max_gap[name] = max(gaps)
             if band is not None:
                 inside = [
-                    lo - tol * max(abs(lo), floor) <= v <= hi + tol * max(abs(hi), floor) for v, lo, hi in zip(values, band[0], band[1], strict=True)
+                    lo - tol * max(abs(lo), floor) <= v <= hi + tol * max(abs(hi), floor)
+                    for v, lo, hi in zip(values, band[0], band[1], strict=True)
                 ]
                 result.outside[name] = 1 - sum(inside) / len(inside)
                 if not inside[-1]:
-                    result.reasons.append(f"{name}: final {metric} {values[-1]:.5g} outside the reference seeds' band")
+                    result.reasons.append(
+                        f"{name}: final {metric} {values[-1]:.5g} outside the reference seeds' band"
+                    )
                 if result.outside[name] > max_outside:
-                    result.reasons.append(f"{name}: {result.outside[name]:.0%} of steps outside the band (allowed {max_outside:.0%})")
+                    result.reasons.append(
+                        f"{name}: {result.outside[name]:.0%} of steps outside the band (allowed {max_outside:.0%})"
+                    )
             else:
                 if gaps[-1] > tol:
                     result.reasons.append(f"{name}: final {metric} gap {gaps[-1]:.2%} > {tol:.2%}")
                 if result.mean_gap[name] > tol:
-                    result.reasons.append(f"{name}: mean {metric} gap {result.mean_gap[name]:.2%} > {tol:.2%}")
+                    result.reasons.append(
+                        f"{name}: mean {metric} gap {result.mean_gap[name]:.2%} > {tol:.2%}"
+                    )
                 if per_step and result.max_gap[name] > tol:
                     bad = steps[gaps.index(result.max_gap[name])]
-                    result.reasons.append(f"{name}: {metric} gap {result.max_gap[name]:.2%} at step {bad} > {tol:.2%}")
+                    result.reasons.append(
+                        f"{name}: {metric} gap {result.max_gap[name]:.2%} at step {bad} > {tol:.2%}"
+                    )
             for value in values:
                 if not math.isfinite(value):
                     result.reasons.append(f"{name}: non-finite {metric}")
@@ -357,7 +428,13 @@ def compare_curves(
         [Path(t) for t in tests],
         [Path(s) for s in seeds],
         results,
-        {"tolerance": base_tol, "smooth": smooth, "max_outside": max_outside, "per_step": per_step, "duplicate_steps_kept_last": notes},
+        {
+            "tolerance": base_tol,
+            "smooth": smooth,
+            "max_outside": max_outside,
+            "per_step": per_step,
+            "duplicate_steps_kept_last": notes,
+        },
     )
 
 

@@ -178,7 +178,11 @@ class _Stats:
             hi = max(hi, float(part.max()))
             total += part_sum
             square += float(np.dot(part, part))
-            absolute += float(np.dot(part_scratch, ones[:m])) if part_scratch.dtype == ones.dtype else float(part_scratch.sum())
+            absolute += (
+                float(np.dot(part_scratch, ones[:m]))
+                if part_scratch.dtype == ones.dtype
+                else float(part_scratch.sum())
+            )
             zero += int(np.count_nonzero(np.equal(part, 0, out=flags[:m])))
         return lo, hi, total, square, absolute, nan, inf, zero, finite
 
@@ -234,23 +238,16 @@ class _Stats:
         return len(self.pending) - 1
 
     def resolve(self) -> list[list[float]]:
-        """Copy every pending device vector to the host in one transfer."""
-        if not self.pending:
-            return []
-        torch = self.torch
-        devices = {v.device for v in self.pending}
-        rows: list[list[float]] = []
+        """Copy every pending device vector to the host: one transfer per device."""
         by_device: dict[Any, list[int]] = {}
         for index, vector in enumerate(self.pending):
             by_device.setdefault(vector.device, []).append(index)
-        result: list[list[float] | None] = [None] * len(self.pending)
-        for device in devices:
-            indices = by_device[device]
-            stacked = torch.stack([self.pending[i] for i in indices]).to("cpu").tolist()
+        rows: list[list[float]] = [[] for _ in self.pending]
+        for indices in by_device.values():
+            stacked = self.torch.stack([self.pending[i] for i in indices]).to("cpu").tolist()
             for i, row in zip(indices, stacked, strict=True):
-                result[i] = row
+                rows[i] = row
         self.pending = []
-        rows = [r if r is not None else [] for r in result]
         return rows
 
 
@@ -299,7 +296,9 @@ class Capture:
         self.phases = frozenset(phases)
         unknown = self.phases - set(PHASES)
         if unknown:
-            raise UserError(f"--phases: unknown phase {sorted(unknown)[0]!r}; choose from {', '.join(PHASES)}")
+            raise UserError(
+                f"--phases: unknown phase {sorted(unknown)[0]!r}; choose from {', '.join(PHASES)}"
+            )
         if step_on not in ("optimizer", "forward", "manual"):
             raise UserError(f"--step-on {step_on}: choose optimizer, forward or manual")
         self.checksums = checksums
@@ -376,7 +375,9 @@ class Capture:
         from torch.nn.modules import module as nn_module
 
         self._handles.append(nn_module.register_module_forward_pre_hook(self._on_module_enter))
-        self._handles.append(nn_module.register_module_forward_hook(self._on_module_exit, always_call=True))
+        self._handles.append(
+            nn_module.register_module_forward_hook(self._on_module_exit, always_call=True)
+        )
         from torch.optim import optimizer as optim
 
         self._handles.append(optim.register_optimizer_step_pre_hook(self._on_optimizer_pre))
@@ -390,7 +391,11 @@ class Capture:
         if self._mode is not None:
             try:
                 self._mode.__exit__(None, None, None)
-            except (RuntimeError, IndexError, AssertionError):  # the mode stack was left inconsistent by the user
+            except (
+                RuntimeError,
+                IndexError,
+                AssertionError,
+            ):  # the mode stack was left inconsistent by the user
                 log.warning("dump: dispatch mode was not on top of the stack at close")
         for handle in self._handles + self._grad_hooks:
             handle.remove()
@@ -403,7 +408,14 @@ class Capture:
         self._flush()
         assert self._manifest is not None
         # records: lines between the header and this one, so a reader can tell a complete dump.
-        self._manifest.write({"k": "end", "records": self._manifest.records - 1, "steps": self.current_step + 1, "closed": _now()})
+        self._manifest.write(
+            {
+                "k": "end",
+                "records": self._manifest.records - 1,
+                "steps": self.current_step + 1,
+                "closed": _now(),
+            }
+        )
         if self._store is not None:
             self._store.close()
         self._manifest.close()
@@ -450,12 +462,22 @@ class Capture:
             "float32_matmul_precision": torch.get_float32_matmul_precision(),
             "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
-            "cuda_matmul_allow_tf32": bool(getattr(torch.backends.cuda.matmul, "allow_tf32", False)),
+            "cuda_matmul_allow_tf32": bool(
+                getattr(torch.backends.cuda.matmul, "allow_tf32", False)
+            ),
         }
         env_vars = {
             k: v
             for k, v in os.environ.items()
-            if k in ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "OMP_NUM_THREADS", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+            if k
+            in (
+                "CUBLAS_WORKSPACE_CONFIG",
+                "PYTHONHASHSEED",
+                "OMP_NUM_THREADS",
+                "RANK",
+                "WORLD_SIZE",
+                "LOCAL_RANK",
+            )
             or k.endswith("_VISIBLE_DEVICES")
         }
         return {
@@ -515,7 +537,9 @@ class Capture:
     def _active(self) -> bool:
         if self._closed or os.getpid() != self._pid:
             return False
-        return self.current_step >= self.first_step and (self.last_step is None or self.current_step <= self.last_step)
+        return self.current_step >= self.first_step and (
+            self.last_step is None or self.current_step <= self.last_step
+        )
 
     def _phase(self) -> str:
         if self._torch._C._current_graph_task_id() != -1:
@@ -532,16 +556,25 @@ class Capture:
         return self._forward_stack[-1] if self._forward_stack else ""
 
     def _wanted(self, module: str, op: str) -> bool:
-        if self.module_filters and not any(fnmatch.fnmatchcase(module, p) for p in self.module_filters):
+        if self.module_filters and not any(
+            fnmatch.fnmatchcase(module, p) for p in self.module_filters
+        ):
             return False
-        return not (self.op_filters and not any(fnmatch.fnmatchcase(op, p) for p in self.op_filters))
+        return not (
+            self.op_filters and not any(fnmatch.fnmatchcase(op, p) for p in self.op_filters)
+        )
 
     def _save_tensors_of(self, module: str, op: str) -> bool:
         if not self.tensors:
             return False
-        if self.tensor_module_filters and not any(fnmatch.fnmatchcase(module, p) for p in self.tensor_module_filters):
+        if self.tensor_module_filters and not any(
+            fnmatch.fnmatchcase(module, p) for p in self.tensor_module_filters
+        ):
             return False
-        return not (self.tensor_op_filters and not any(fnmatch.fnmatchcase(op, p) for p in self.tensor_op_filters))
+        return not (
+            self.tensor_op_filters
+            and not any(fnmatch.fnmatchcase(op, p) for p in self.tensor_op_filters)
+        )
 
     def _user_line(self) -> str | None:
         """file:line of the innermost frame outside torch, accelport and the standard library."""
@@ -554,7 +587,8 @@ class Capture:
                 filename = code.co_filename
                 path = os.path.abspath(filename)
                 library = filename.startswith("<") or (
-                    path.startswith(self._library_roots) and not (path.startswith(self._stdlib) and "-packages" in path)
+                    path.startswith(self._library_roots)
+                    and not (path.startswith(self._stdlib) and "-packages" in path)
                 )
                 cache[code] = library
             if not library:
@@ -571,7 +605,12 @@ class Capture:
     # -- tensors -----------------------------------------------------------------------------
 
     def _entry(
-        self, t: Any, src: int | None = None, fresh: bool = False, alias_of: _Entry | None = None, same_order: bool = False
+        self,
+        t: Any,
+        src: int | None = None,
+        fresh: bool = False,
+        alias_of: _Entry | None = None,
+        same_order: bool = False,
     ) -> _Entry:
         key = id(t)
         version = t._version
@@ -581,7 +620,11 @@ class Capture:
                 return hit[2]
         dtype = str(t.dtype).replace("torch.", "")
         shape = list(t.shape)
-        if alias_of is not None and alias_of.stats is not None and t.numel() == _numel(alias_of.shape):
+        if (
+            alias_of is not None
+            and alias_of.stats is not None
+            and t.numel() == _numel(alias_of.shape)
+        ):
             entry = _Entry(dtype, shape, alias_of.stats, src)
             if same_order:
                 entry.data = alias_of.data
@@ -595,7 +638,9 @@ class Capture:
         self._cache[key] = (ref, version, entry)
         return entry
 
-    def _describe(self, entry: _Entry, t: Any, save: bool, step: int, key: str, crc: bool = False) -> dict[str, Any]:
+    def _describe(
+        self, entry: _Entry, t: Any, save: bool, step: int, key: str, crc: bool = False
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {"dtype": entry.dtype, "shape": entry.shape, "stats": entry.stats}
         if entry.src is not None:
             out["src"] = entry.src
@@ -636,7 +681,9 @@ class Capture:
         finally:
             self._busy = False
 
-    def _record_op(self, func: Any, args: tuple, kwargs: dict, phase: str, op: str, module: str) -> Any:
+    def _record_op(
+        self, func: Any, args: tuple, kwargs: dict, phase: str, op: str, module: str
+    ) -> Any:
         self._open()
         save = self._save_tensors_of(module, op)
         inputs = _tensors_in(args, kwargs)
@@ -645,7 +692,9 @@ class Capture:
         seq = self._seq
         self._seq += 1
         step = self.current_step
-        in_desc = [self._describe(e, t, save, step, f"{seq}.in.{i}") for i, (t, e) in enumerate(in_entries)]
+        in_desc = [
+            self._describe(e, t, save, step, f"{seq}.in.{i}") for i, (t, e) in enumerate(in_entries)
+        ]
         result = func(*args, **kwargs)
         outputs = _tensors_out(result)
         factory = op.startswith(_FACTORY_PREFIXES)
@@ -655,11 +704,18 @@ class Capture:
             if factory and op.startswith(_UNINITIALISED_PREFIXES):
                 entry = _Entry(str(t.dtype).replace("torch.", ""), list(t.shape), None, seq)
                 entry.uninitialised = True
-                desc: dict[str, Any] = {"dtype": entry.dtype, "shape": entry.shape, "stats": None, "uninitialised": True}
+                desc: dict[str, Any] = {
+                    "dtype": entry.dtype,
+                    "shape": entry.shape,
+                    "stats": None,
+                    "uninitialised": True,
+                }
                 with contextlib.suppress(TypeError):
                     self._cache[id(t)] = (weakref.ref(t), t._version, entry)
             else:
-                entry = self._entry(t, src=seq, fresh=True, alias_of=alias, same_order=op in _SAME_ORDER_OPS)
+                entry = self._entry(
+                    t, src=seq, fresh=True, alias_of=alias, same_order=op in _SAME_ORDER_OPS
+                )
                 desc = self._describe(entry, t, save, step, f"{seq}.out.{i}")
             out_desc.append(desc)
         line = self._user_line() if phase != "backward" else self._call_sites.get(module)
@@ -672,7 +728,9 @@ class Capture:
         self._emit(record, len(in_desc) + len(out_desc))
         return result
 
-    def _identity(self, kind: str, seq: int, step: int, phase: str, op: str, module: str, line: str | None) -> dict[str, Any]:
+    def _identity(
+        self, kind: str, seq: int, step: int, phase: str, op: str, module: str, line: str | None
+    ) -> dict[str, Any]:
         """What makes a record findable in both runs: step, phase, module, op, call index, source line."""
         return {
             "k": kind,
@@ -718,7 +776,9 @@ class Capture:
                 self._module_names.setdefault(child, f"{root}.{child_name}" if child_name else root)
             for param_name, param in mod.named_parameters(remove_duplicate=False):
                 owner, _, leaf = param_name.rpartition(".")
-                self._param_names.setdefault(id(param), (f"{root}.{owner}" if owner else root, leaf))
+                self._param_names.setdefault(
+                    id(param), (f"{root}.{owner}" if owner else root, leaf)
+                )
             name = self._module_names.get(mod, root)
         self._module_names[mod] = name
         return name
@@ -756,7 +816,9 @@ class Capture:
             tensors = [t for t in _tensors_in(args, {}) if t.requires_grad]
             if tensors:
                 self._grad_hooks.append(
-                    self._torch.autograd.graph.register_multi_grad_hook(tensors, lambda _g, n=name: self._leave_backward(n))
+                    self._torch.autograd.graph.register_multi_grad_hook(
+                        tensors, lambda _g, n=name: self._leave_backward(n)
+                    )
                 )
 
     def _on_module_exit(self, mod: Any, args: tuple, output: Any) -> None:
@@ -768,7 +830,9 @@ class Capture:
         tensors = [t for t in _tensors_out(output) if t.requires_grad]
         if tensors:
             self._grad_hooks.append(
-                self._torch.autograd.graph.register_multi_grad_hook(tensors, lambda _g, n=name: self._enter_backward(n))
+                self._torch.autograd.graph.register_multi_grad_hook(
+                    tensors, lambda _g, n=name: self._enter_backward(n)
+                )
             )
 
     def _enter_backward(self, name: str) -> None:
@@ -793,7 +857,10 @@ class Capture:
             except (RuntimeError, AttributeError, TypeError):
                 continue
         self._open()
-        self._emit({"k": "step", "step": self.current_step, "autocast": amp, "rng_crc32": _rng_crc(torch)}, 0)
+        self._emit(
+            {"k": "step", "step": self.current_step, "autocast": amp, "rng_crc32": _rng_crc(torch)},
+            0,
+        )
 
     def _on_optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._in_optimizer += 1

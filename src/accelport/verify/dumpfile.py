@@ -69,6 +69,17 @@ def clean_float(value: float) -> float | str:
     return value
 
 
+def json_safe(value: Any) -> Any:
+    """A structure with every non-finite float replaced by its string ('nan', 'inf', '-inf')."""
+    if isinstance(value, float):
+        return clean_float(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def as_float(value: Any) -> float:
     return float(value) if value is not None else math.nan
 
@@ -81,7 +92,9 @@ class ManifestWriter:
         try:
             self._file = open(self.path, "x", encoding="utf-8")  # noqa: SIM115 - lives as long as the capture
         except FileExistsError:
-            raise UserError(f"{self.path}: a dump is already there; choose an empty -o folder or remove it") from None
+            raise UserError(
+                f"{self.path}: a dump is already there; choose an empty -o folder or remove it"
+            ) from None
         self.records = 0
 
     def write(self, record: dict[str, Any]) -> None:
@@ -117,7 +130,9 @@ class TensorStore:
     def relative_name(step: int) -> str:
         return f"{TENSOR_DIR}/step{step:06d}.safetensors"
 
-    def add(self, step: int, key: str, dtype: str, shape: list[int], data: memoryview | bytes) -> tuple[str, int, int]:
+    def add(
+        self, step: int, key: str, dtype: str, shape: list[int], data: memoryview | bytes
+    ) -> tuple[str, int, int]:
         """Append one tensor's bytes; returns (file relative to the dump, offset in the data section, nbytes)."""
         if step != self._step:
             self.finish_step()
@@ -126,7 +141,11 @@ class TensorStore:
         nbytes = len(data) if isinstance(data, bytes) else data.nbytes
         start = self._end
         self._file.write(data)
-        self._entries[key] = {"dtype": DTYPES[dtype][0], "shape": list(shape), "data_offsets": [start, start + nbytes]}
+        self._entries[key] = {
+            "dtype": DTYPES[dtype][0],
+            "shape": list(shape),
+            "data_offsets": [start, start + nbytes],
+        }
         self._end += nbytes
         return self.relative_name(step), start, nbytes
 
@@ -189,7 +208,9 @@ def data_start(path: Path) -> int:
     with open(path, "rb") as handle:
         raw = handle.read(8)
     if len(raw) < 8:
-        raise UserError(f"{path}: tensor file is cut short; the dump was interrupted before its first tensor")
+        raise UserError(
+            f"{path}: tensor file is cut short; the dump was interrupted before its first tensor"
+        )
     return 8 + struct.unpack("<Q", raw)[0]
 
 
@@ -215,17 +236,27 @@ def manifest_path(dump: Path) -> Path:
 def read_header(dump: Path) -> dict[str, Any]:
     path = manifest_path(dump)
     if not path.exists():
-        raise UserError(f"{dump}: not an accelport dump (no {MANIFEST}); make one with `accelport dump`")
+        raise UserError(
+            f"{dump}: not an accelport dump (no {MANIFEST}); make one with `accelport dump`"
+        )
     with open(path, "rb") as handle:
         first = handle.readline()
     try:
         header = json.loads(first)
     except ValueError:
         header = None
-    if not isinstance(header, dict) or header.get("k") != "header" or header.get("format") != FORMAT:
-        raise UserError(f"{path}: first line is not an accelport dump header; point at a folder made by `accelport dump`")
+    if (
+        not isinstance(header, dict)
+        or header.get("k") != "header"
+        or header.get("format") != FORMAT
+    ):
+        raise UserError(
+            f"{path}: first line is not an accelport dump header; point at a folder made by `accelport dump`"
+        )
     if int(header.get("version", 0)) > VERSION:
-        raise UserError(f"{path}: dump format {header.get('version')} is newer than this accelport reads ({VERSION}); upgrade accelport")
+        raise UserError(
+            f"{path}: dump format {header.get('version')} is newer than this accelport reads ({VERSION}); upgrade accelport"
+        )
     return header
 
 
@@ -243,7 +274,9 @@ def iter_records(dump: Path, info: DumpInfo | None = None) -> Iterator[dict[str,
             line_no += 1
             if pending is not None:
                 # The bad line was not the last one: the file is damaged, not just cut short.
-                raise UserError(f"{path}:{line_no - 1}: unreadable record in the middle of the dump; the file is damaged")
+                raise UserError(
+                    f"{path}:{line_no - 1}: unreadable record in the middle of the dump; the file is damaged"
+                )
             if not raw.endswith(b"\n"):
                 pending = raw
                 continue
@@ -262,7 +295,9 @@ def iter_records(dump: Path, info: DumpInfo | None = None) -> Iterator[dict[str,
         if info is not None:
             info.truncated = True
             info.truncated_reason = (
-                f"the last line is cut off after {info.records} records" if pending else f"no end record after {info.records} records"
+                f"the last line is cut off after {info.records} records"
+                if pending
+                else f"no end record after {info.records} records"
             )
 
 

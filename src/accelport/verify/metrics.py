@@ -114,7 +114,9 @@ def shape_problem(ref: Mapping[str, Any], test: Mapping[str, Any]) -> str:
 CRITERIA = ("norm", "max", "elementwise")
 
 
-def compare_stats(ref: Mapping[str, Any], test: Mapping[str, Any], tol: Tolerance, criterion: str = "norm") -> TensorDiff:
+def compare_stats(
+    ref: Mapping[str, Any], test: Mapping[str, Any], tol: Tolerance, criterion: str = "norm"
+) -> TensorDiff:
     """Judge two tensors by their recorded statistics alone (bounds implied by `criterion`)."""
     r = [dumpfile.as_float(v) for v in ref["stats"]]
     t = [dumpfile.as_float(v) for v in test["stats"]]
@@ -124,14 +126,29 @@ def compare_stats(ref: Mapping[str, Any], test: Mapping[str, Any], tol: Toleranc
     if int(r[5]) != int(t[5]) or int(r[6]) != int(t[6]):
         metrics["nan_ref"], metrics["nan_test"] = r[5], t[5]
         metrics["inf_ref"], metrics["inf_test"] = r[6], t[6]
-        return TensorDiff(False, math.inf, f"NaN/Inf count {int(r[5])}/{int(r[6])} vs {int(t[5])}/{int(t[6])}", "stats", metrics)
+        return TensorDiff(
+            False,
+            math.inf,
+            f"NaN/Inf count {int(r[5])}/{int(r[6])} vs {int(t[5])}/{int(t[6])}",
+            "stats",
+            metrics,
+        )
     if any(math.isnan(v) for v in r[:5] + t[:5]):
         all_nan = all(math.isnan(v) for v in r[:5]) and all(math.isnan(v) for v in t[:5])
-        return TensorDiff(all_nan, 0.0 if all_nan else math.inf, "" if all_nan else "statistics missing on one side", "stats")
+        return TensorDiff(
+            all_nan,
+            0.0 if all_nan else math.inf,
+            "" if all_nan else "statistics missing on one side",
+            "stats",
+        )
     amax = max(abs(r[0]), abs(r[1]))
     rms = r[3] / math.sqrt(n)
     # Under "norm", one element can carry the whole allowed L2 error: extremes get that bound.
-    extreme = tol.atol + tol.rtol * amax if criterion != "norm" else tol.atol * math.sqrt(n) + tol.rtol * r[3]
+    extreme = (
+        tol.atol + tol.rtol * amax
+        if criterion != "norm"
+        else tol.atol * math.sqrt(n) + tol.rtol * r[3]
+    )
     bounds = {
         "min": (abs(t[0] - r[0]), extreme),
         "max": (abs(t[1] - r[1]), extreme),
@@ -150,7 +167,9 @@ def compare_stats(ref: Mapping[str, Any], test: Mapping[str, Any], tol: Toleranc
     metrics["max_abs_lower_bound"] = max(bounds["min"][0], bounds["max"][0], bounds["mean"][0])
     passed = score <= 1.0
     if not passed:
-        reasons.append(f"{worst} differs by {bounds[worst][0]:.3g} (allowed {bounds[worst][1]:.3g})")
+        reasons.append(
+            f"{worst} differs by {bounds[worst][0]:.3g} (allowed {bounds[worst][1]:.3g})"
+        )
     return TensorDiff(passed, score, "; ".join(reasons), "stats", metrics)
 
 
@@ -178,7 +197,9 @@ class TensorFiles:
         except FileNotFoundError:
             from accelport.errors import UserError
 
-            raise UserError(f"{path}: tensor file missing; the dump is incomplete (copy the whole folder)") from None
+            raise UserError(
+                f"{path}: tensor file missing; the dump is incomplete (copy the whole folder)"
+            ) from None
         start = dumpfile.data_start(path)
         self._handles[name] = (fd, start)
         return fd, start
@@ -200,8 +221,12 @@ class TensorFiles:
         if got != len(raw):
             from accelport.errors import UserError
 
-            raise UserError(f"{self.dump / entry['file']}: tensor data cut short; the dump was interrupted")
-        return _widen(np.frombuffer(raw, dtype=_storage_dtype(entry["dtype"])), entry["dtype"]).reshape(entry["shape"])
+            raise UserError(
+                f"{self.dump / entry['file']}: tensor data cut short; the dump was interrupted"
+            )
+        return _widen(
+            np.frombuffer(raw, dtype=_storage_dtype(entry["dtype"])), entry["dtype"]
+        ).reshape(entry["shape"])
 
     def close(self) -> None:
         for fd, _ in self._handles.values():
@@ -251,7 +276,9 @@ def _chunk_metrics(r: Any, t: Any, tol: Tolerance, acc: _Accumulator, work: dict
         _chunk_metrics_inner(r, t, tol, acc, work)
 
 
-def _chunk_metrics_inner(r: Any, t: Any, tol: Tolerance, acc: _Accumulator, work: dict[str, Any]) -> None:
+def _chunk_metrics_inner(
+    r: Any, t: Any, tol: Tolerance, acc: _Accumulator, work: dict[str, Any]
+) -> None:
     import numpy as np
 
     m = r.shape[0]
@@ -262,7 +289,9 @@ def _chunk_metrics_inner(r: Any, t: Any, tol: Tolerance, acc: _Accumulator, work
         nan_r, nan_t = np.isnan(r), np.isnan(t)
         inf_r, inf_t = np.isinf(r), np.isinf(t)
         acc.nan_mismatch += int(np.count_nonzero(nan_r != nan_t))
-        acc.inf_mismatch += int(np.count_nonzero((inf_r != inf_t) | (inf_r & inf_t & (np.sign(r) != np.sign(t)))))
+        acc.inf_mismatch += int(
+            np.count_nonzero((inf_r != inf_t) | (inf_r & inf_t & (np.sign(r) != np.sign(t))))
+        )
         both = ~(nan_r | nan_t | inf_r | inf_t)
         acc.nonfinite_ref += int(m - np.count_nonzero(both))
         r, t = r[both], t[both]
@@ -305,14 +334,23 @@ def _chunk_metrics_inner(r: Any, t: Any, tol: Tolerance, acc: _Accumulator, work
 
 
 def _scan(
-    ref_files: TensorFiles, ref: Mapping[str, Any], test_files: TensorFiles, test: Mapping[str, Any],
-    tol: Tolerance, first: int, last: int,
+    ref_files: TensorFiles,
+    ref: Mapping[str, Any],
+    test_files: TensorFiles,
+    test: Mapping[str, Any],
+    tol: Tolerance,
+    first: int,
+    last: int,
 ) -> _Accumulator | None:
     """Metrics over elements [first, last) of a tensor pair; None when the data is cut short."""
     import numpy as np
 
     rdt, tdt = ref["dtype"], test["dtype"]
-    wide = np.float64 if "float64" in (rdt, tdt) or rdt not in _FLOAT_RANK or tdt not in _FLOAT_RANK else np.float32
+    wide = (
+        np.float64
+        if "float64" in (rdt, tdt) or rdt not in _FLOAT_RANK or tdt not in _FLOAT_RANK
+        else np.float32
+    )
     r_item, t_item = dumpfile.DTYPES[rdt][1], dumpfile.DTYPES[tdt][1]
     chunk = CHUNK_ELEMENTS
     work = _work_buffers(chunk, wide)
@@ -355,7 +393,9 @@ def compare_tensors(
         results = [_scan(ref_files, ref, test_files, test, tol, 0, total)]
     else:
         futures = [
-            pool.submit(_scan, ref_files, ref, test_files, test, tol, start, min(total, start + per))
+            pool.submit(
+                _scan, ref_files, ref, test_files, test, tol, start, min(total, start + per)
+            )
             for start in range(0, total, per)
         ]
         results = [f.result() for f in futures]
@@ -427,7 +467,13 @@ def _finish(acc: _Accumulator, total: int, tol: Tolerance, criterion: str) -> Te
         "amax_ref": acc.amax_ref,
     }
     if acc.nan_mismatch or acc.inf_mismatch:
-        return TensorDiff(False, math.inf, f"NaN/Inf positions differ ({acc.nan_mismatch} NaN, {acc.inf_mismatch} Inf)", "tensor", metrics)
+        return TensorDiff(
+            False,
+            math.inf,
+            f"NaN/Inf positions differ ({acc.nan_mismatch} NaN, {acc.inf_mismatch} Inf)",
+            "tensor",
+            metrics,
+        )
     allowed_l2 = tol.atol * math.sqrt(n) + tol.rtol * l2_ref
     allowed_max = tol.atol + tol.rtol * acc.amax_ref
     ratios = {"l2": _ratio(l2_diff, allowed_l2)}

@@ -63,9 +63,13 @@ def summary_lines(result: CompareResult) -> list[str]:
     ]
     for side in ("ref", "test"):
         if data["truncated"][side]:
-            lines.append(f"TRUNCATED: {side.upper()} dump: {data['truncated'][side + '_detail']}; compared what was flushed")
+            lines.append(
+                f"TRUNCATED: {side.upper()} dump: {data['truncated'][side + '_detail']}; compared what was flushed"
+            )
     if counts["after_truncation"]:
-        lines.append(f"{counts['after_truncation']} records of the other dump were not compared (past the truncation)")
+        lines.append(
+            f"{counts['after_truncation']} records of the other dump were not compared (past the truncation)"
+        )
     for reason in data["reasons"]:
         lines.append(f"reason: {reason}")
     first = data["first_divergence"]
@@ -76,7 +80,9 @@ def summary_lines(result: CompareResult) -> list[str]:
         if first.get("reason") and first.get("reason") != replay.get("summary"):
             lines.append(f"  {first['reason']}")
         if first.get("args_ref") is not None:
-            lines.append(f"  arguments differ: REF {json.dumps(first['args_ref'])}  TEST {json.dumps(first['args_test'])}")
+            lines.append(
+                f"  arguments differ: REF {json.dumps(first['args_ref'])}  TEST {json.dumps(first['args_test'])}"
+            )
         if first.get("first_failing_record"):
             lines.append("  first failing record after it: " + where(first["first_failing_record"]))
         if replay.get("status") == "done":
@@ -104,7 +110,18 @@ def _row_cells(item: Mapping[str, Any]) -> list[Any]:
     ]
 
 
-_HEADERS = ["status", "phase", "module", "op", "call", "score", "max_abs", "rel_l2", "cosine", "reason"]
+_HEADERS = [
+    "status",
+    "phase",
+    "module",
+    "op",
+    "call",
+    "score",
+    "max_abs",
+    "rel_l2",
+    "cosine",
+    "reason",
+]
 
 
 def render_text(result: CompareResult) -> str:
@@ -116,7 +133,10 @@ def render_text(result: CompareResult) -> str:
         extra = result.only[side]
         if extra:
             out += f"\nops only in {side.upper()} that change values:\n"
-            out += text_table(["phase", "module", "op", "call", "why"], [[e["phase"], e["module"], e["op"], e["call_index"], e["reason"]] for e in extra])
+            out += text_table(
+                ["phase", "module", "op", "call", "why"],
+                [[e["phase"], e["module"], e["op"], e["call_index"], e["reason"]] for e in extra],
+            )
     return out
 
 
@@ -146,11 +166,27 @@ def render_markdown(result: CompareResult) -> str:
     if result.worst:
         lines.append("## Worst records")
         lines.append("")
-        lines.append(markdown.table(_HEADERS, [[_fmt(c) if isinstance(c, float) else c for c in _row_cells(w)] for w in result.worst]))
+        lines.append(
+            markdown.table(
+                _HEADERS,
+                [
+                    [_fmt(c) if isinstance(c, float) else c for c in _row_cells(w)]
+                    for w in result.worst
+                ],
+            )
+        )
     if result.params["failed"]:
         lines.append("## Parameters that differ")
         lines.append("")
-        lines.append(markdown.table(["module", "parameter", "score", "reason"], [[p["module"], p["op"], _fmt(p.get("score")), p.get("reason")] for p in result.params["failed"]]))
+        lines.append(
+            markdown.table(
+                ["module", "parameter", "score", "reason"],
+                [
+                    [p["module"], p["op"], _fmt(p.get("score")), p.get("reason")]
+                    for p in result.params["failed"]
+                ],
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -159,16 +195,32 @@ def layer_chart(result: CompareResult) -> str:
     points = []
     for index, module in enumerate(result.modules):
         score = _num(module["max_score"])
-        points.append((float(index), max(float(score), 1e-6) if isinstance(score, float) and math.isfinite(score) else 1e6))
+        points.append(
+            (
+                float(index),
+                max(float(score), 1e-6)
+                if isinstance(score, float) and math.isfinite(score)
+                else 1e6,
+            )
+        )
     series = {"worst error / allowed per module": points}
     if points:
         series["tolerance"] = [(0.0, 1.0), (float(len(points) - 1), 1.0)]
-    return svg.line_chart(series, title="Error per layer (execution order)", x_label="module index", y_label="error / allowed", log_y=True)
+    return svg.line_chart(
+        series,
+        title="Error per layer (execution order)",
+        x_label="module index",
+        y_label="error / allowed",
+        log_y=True,
+    )
 
 
 def render_html(result: CompareResult) -> str:
     data = result.to_dict()
-    page = HtmlPage(f"accelport compare: {result.verdict.upper()}", f"REF {data['ref']}  vs  TEST {data['test']}")
+    page = HtmlPage(
+        f"accelport compare: {result.verdict.upper()}",
+        f"REF {data['ref']}  vs  TEST {data['test']}",
+    )
     page.raw(page.badge(result.verdict.upper(), "pass" if result.passed else "fail"))
     counts = data["counts"]
     page.cards(
@@ -178,20 +230,34 @@ def render_html(result: CompareResult) -> str:
             ("drift (explained)", counts["drift"]),
             ("only in REF", counts["only_ref"]),
             ("only in TEST", counts["only_test"]),
-            ("truncated", ", ".join(s.upper() for s in ("ref", "test") if data["truncated"][s]) or "no"),
+            (
+                "truncated",
+                ", ".join(s.upper() for s in ("ref", "test") if data["truncated"][s]) or "no",
+            ),
         ]
     )
     page.heading("Summary")
     page.code_block("\n".join(summary_lines(result)))
     page.heading("Error per layer")
-    page.svg(layer_chart(result), "worst (error / allowed error) of each module's records; above 1 fails")
+    page.svg(
+        layer_chart(result), "worst (error / allowed error) of each module's records; above 1 fails"
+    )
     if result.worst:
         page.heading("Worst records")
         page.table(_HEADERS, [_row_cells(w) for w in result.worst], code_columns=(2, 3))
     page.heading("Modules")
     page.table(
         ["module", "records", "differ", "worst score", "worst rel L2"],
-        [[m["module"] or "(top level)", m["records"], m["failed"], _num(m["max_score"]), m["max_rel_l2"]] for m in result.modules],
+        [
+            [
+                m["module"] or "(top level)",
+                m["records"],
+                m["failed"],
+                _num(m["max_score"]),
+                m["max_rel_l2"],
+            ]
+            for m in result.modules
+        ],
         code_columns=(0,),
     )
     page.heading("Environment")
@@ -199,4 +265,10 @@ def render_html(result: CompareResult) -> str:
     return page.render()
 
 
-RENDERERS = {"table": render_text, "json": render_json, "csv": render_csv, "markdown": render_markdown, "html": render_html}
+RENDERERS = {
+    "table": render_text,
+    "json": render_json,
+    "csv": render_csv,
+    "markdown": render_markdown,
+    "html": render_html,
+}

@@ -19,7 +19,18 @@ from typing import Any
 from accelport.verify.metrics import TensorFiles
 
 # Random ops cannot be replayed: their output is not a function of their inputs.
-_RANDOM = ("bernoulli", "dropout", "rand", "normal", "uniform", "multinomial", "randperm", "exponential", "geometric", "cauchy")
+_RANDOM = (
+    "bernoulli",
+    "dropout",
+    "rand",
+    "normal",
+    "uniform",
+    "multinomial",
+    "randperm",
+    "exponential",
+    "geometric",
+    "cauchy",
+)
 
 
 def _resolve(name: str) -> Any:
@@ -82,7 +93,11 @@ def _run(op: Any, args: Mapping[str, Any], tensors: list[Any], exact: bool) -> l
         result = op(*positional, **named)
     if isinstance(result, torch.Tensor):
         return [result]
-    return [r for r in result if isinstance(r, torch.Tensor)] if isinstance(result, list | tuple) else []
+    return (
+        [r for r in result if isinstance(r, torch.Tensor)]
+        if isinstance(result, list | tuple)
+        else []
+    )
 
 
 def _rel_error(recorded: Any, exact: Any) -> float:
@@ -98,7 +113,11 @@ def _rel_error(recorded: Any, exact: Any) -> float:
 
 
 def replay(
-    ref: Mapping[str, Any], test: Mapping[str, Any], ref_files: TensorFiles, test_files: TensorFiles, ratio: float
+    ref: Mapping[str, Any],
+    test: Mapping[str, Any],
+    ref_files: TensorFiles,
+    test_files: TensorFiles,
+    ratio: float,
 ) -> dict[str, Any]:
     """Replay the op of a matched pair; returns what was found, or why it could not be replayed."""
     name = ref.get("op", "")
@@ -115,19 +134,35 @@ def replay(
         return {"status": "not replayable", "why": f"{name} is not an ATen op this torch knows"}
     ref_in, test_in = _inputs(ref, ref_files, True), _inputs(test, test_files, True)
     test_native = _inputs(test, test_files, False)
-    if ref_in is None or test_in is None or test_native is None or not all("file" in o for o in ref.get("out", []) + test.get("out", [])):
-        return {"status": "not replayable", "why": "needs full tensors of inputs and outputs (dump with --tensors)"}
+    if (
+        ref_in is None
+        or test_in is None
+        or test_native is None
+        or not all("file" in o for o in ref.get("out", []) + test.get("out", []))
+    ):
+        return {
+            "status": "not replayable",
+            "why": "needs full tensors of inputs and outputs (dump with --tensors)",
+        }
     args = ref.get("args") or {}
     try:
         exact_ref = _run(op, args, ref_in, True)
         exact_test = _run(op, args, test_in, True)
         cpu_test = _run(op, args, test_native, False)
     except (RuntimeError, TypeError, ValueError, IndexError, NotImplementedError) as exc:
-        return {"status": "not replayable", "why": f"CPU run failed: {str(exc).splitlines()[0][:200]}"}
+        return {
+            "status": "not replayable",
+            "why": f"CPU run failed: {str(exc).splitlines()[0][:200]}",
+        }
     outputs = []
     verdict = "drift"
-    for index, (out_r, out_t) in enumerate(zip(ref.get("out", []), test.get("out", []), strict=False)):
-        if index >= min(len(exact_ref), len(exact_test), len(cpu_test)) or not exact_ref[index].is_floating_point():
+    for index, (out_r, out_t) in enumerate(
+        zip(ref.get("out", []), test.get("out", []), strict=False)
+    ):
+        if (
+            index >= min(len(exact_ref), len(exact_test), len(cpu_test))
+            or not exact_ref[index].is_floating_point()
+        ):
             continue
         err_ref = _rel_error(ref_files.load(out_r), exact_ref[index])
         err_test = _rel_error(test_files.load(out_t), exact_test[index])
@@ -151,9 +186,13 @@ def replay(
         )
     if not outputs:
         return {"status": "not replayable", "why": "no floating-point output to check"}
-    worst = max(outputs, key=lambda o: o["test_error_vs_float64"] / max(o["allowed_test_error"], 1e-300))
+    worst = max(
+        outputs, key=lambda o: o["test_error_vs_float64"] / max(o["allowed_test_error"], 1e-300)
+    )
     score = worst["test_error_vs_float64"] / max(worst["allowed_test_error"], 1e-300)
-    args_note = " (TEST called it with different arguments)" if ref.get("args") != test.get("args") else ""
+    args_note = (
+        " (TEST called it with different arguments)" if ref.get("args") != test.get("args") else ""
+    )
     return {
         "status": "done",
         "verdict": verdict,
@@ -163,7 +202,17 @@ def replay(
             f"TEST's {name} is off by {worst['test_error_vs_float64']:.3g} against float64 "
             f"(REF's: {worst['ref_error_vs_float64']:.3g}, a correct CPU kernel in TEST's dtype: "
             f"{worst['cpu_same_dtype_error_vs_float64']:.3g}; allowed {worst['allowed_test_error']:.3g}): "
-            + ("the op itself is wrong on TEST" + args_note if verdict == "op" else "accumulated drift, not this op")
+            + (
+                "the op itself is wrong on TEST" + args_note
+                if verdict == "op"
+                else "accumulated drift, not this op"
+            )
         ),
-        "outputs": [{k: (v if not isinstance(v, float) or math.isfinite(v) else repr(v)) for k, v in o.items()} for o in outputs],
+        "outputs": [
+            {
+                k: (v if not isinstance(v, float) or math.isfinite(v) else repr(v))
+                for k, v in o.items()
+            }
+            for o in outputs
+        ],
     }

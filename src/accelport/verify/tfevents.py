@@ -88,7 +88,9 @@ def _tensor_scalar(buf: bytes) -> float | None:
             dtype = value
         elif number == 4 and wire == 2:
             content = value  # type: ignore[assignment]
-        elif number == 5:  # packed (wire 2) or one fixed32 (wire 5): both are raw little-endian floats
+        elif (
+            number == 5
+        ):  # packed (wire 2) or one fixed32 (wire 5): both are raw little-endian floats
             floats += list(struct.unpack(f"<{len(value) // 4}f", value))  # type: ignore[arg-type]
         elif number == 6:
             floats += list(struct.unpack(f"<{len(value) // 8}d", value))  # type: ignore[arg-type]
@@ -119,7 +121,9 @@ def scalars(path: Path) -> Iterator[tuple[str, int, float]]:
         (length,) = struct.unpack("<Q", header)
         (length_crc,) = struct.unpack("<I", data[pos + 8 : pos + 12])
         if masked_crc(header) != length_crc:
-            raise UserError(f"{path}: corrupt TensorBoard record at byte {pos}; the file is damaged")
+            raise UserError(
+                f"{path}: corrupt TensorBoard record at byte {pos}; the file is damaged"
+            )
         start = pos + 12
         if start + length + 4 > len(data):
             return

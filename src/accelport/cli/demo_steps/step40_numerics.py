@@ -22,9 +22,19 @@ def _accelport(*args: str) -> list[str]:
 
 def _dump_command(ctx, out: Path, command: list[str], cwd: Path) -> bool:
     env = dict(os.environ, PYTHONHASHSEED="0")
-    done = subprocess.run(_accelport("dump", "-q", "-o", str(out), "--", *command), cwd=cwd, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        _accelport("dump", "-q", "-o", str(out), "--", *command),
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
-        ctx.say(ctx.style.red(f"  {' '.join(command[:3])} ... failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}"))
+        ctx.say(
+            ctx.style.red(
+                f"  {' '.join(command[:3])} ... failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}"
+            )
+        )
         return False
     return True
 
@@ -33,7 +43,9 @@ def _with_commands(ctx, work: Path, migrated: Path) -> tuple[Path, Path, Path] |
     """The issue's route: the original under `accelport run`, the migrated copy as it is, and a faulty copy."""
     args = ["train.py", "--steps", "2", "--batch-size", "4"]
     ref, test, fault = work / "original", work / "migrated", work / "fault"
-    ctx.say("  dumping the original example under `accelport run` (CUDA calls redirected to this machine)")
+    ctx.say(
+        "  dumping the original example under `accelport run` (CUDA calls redirected to this machine)"
+    )
     if not _dump_command(ctx, ref, [*_accelport("run", "--"), sys.executable, *args], ctx.app):
         return None
     ctx.say(f"  dumping the migrated copy {migrated}")
@@ -75,8 +87,12 @@ def _in_process(ctx, work: Path) -> tuple[Path, Path, Path]:
                 optimizer.step()
         return folder
 
-    ctx.say("  `accelport migrate`/`accelport run` results are not in this demo run: dumping two training steps")
-    ctx.say("  of examples/legacy_cuda_app/model.py in this process instead (REF, then TEST, on the CPU)")
+    ctx.say(
+        "  `accelport migrate`/`accelport run` results are not in this demo run: dumping two training steps"
+    )
+    ctx.say(
+        "  of examples/legacy_cuda_app/model.py in this process instead (REF, then TEST, on the CPU)"
+    )
     ref = step(work / "original")
     test = step(work / "migrated")
     ctx.say("  planted a fault: blocks.1.ln2 built with eps=1e-2 instead of 1e-5")
@@ -98,7 +114,11 @@ def run(ctx) -> bool:
     paths = _with_commands(ctx, work, Path(migrated)) if migrated and have_run else None
     if paths is None:
         if migrated and have_run:
-            ctx.say(ctx.style.yellow("  the command route did not complete; falling back to the in-process dumps"))
+            ctx.say(
+                ctx.style.yellow(
+                    "  the command route did not complete; falling back to the in-process dumps"
+                )
+            )
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         paths = _in_process(ctx, work)
@@ -106,19 +126,37 @@ def run(ctx) -> bool:
     with compare_dumps(ref, test) as same:
         counts = same.counts
         verdict = ctx.style.green("PASS") if same.passed else ctx.style.red("FAIL")
-        ctx.say(f"  compare original vs migrated: {verdict}  ({counts['matched']} records aligned, {counts['failed']} differ)")
+        ctx.say(
+            f"  compare original vs migrated: {verdict}  ({counts['matched']} records aligned, {counts['failed']} differ)"
+        )
         (work / "compare-migrated.html").write_text(render_html(same))
     with compare_dumps(ref, fault) as faulty:
         first = faulty.first_divergence
-        verdict = ctx.style.red("FAIL") if not faulty.passed else ctx.style.yellow("PASS (the fault was missed)")
-        ctx.say(f"  compare original vs faulty:   {verdict}  ({faulty.counts['failed']} records differ)")
+        verdict = (
+            ctx.style.red("FAIL")
+            if not faulty.passed
+            else ctx.style.yellow("PASS (the fault was missed)")
+        )
+        ctx.say(
+            f"  compare original vs faulty:   {verdict}  ({faulty.counts['failed']} records differ)"
+        )
         if first:
             ctx.say(f"  first divergence: {where(first)}")
             ctx.say(f"    {first.get('cause')}")
             if first.get("args_ref") is not None:
-                ctx.say(f"    arguments: REF {first['args_ref']['a'][-1]} vs TEST {first['args_test']['a'][-1]}")
+                ctx.say(
+                    f"    arguments: REF {first['args_ref']['a'][-1]} vs TEST {first['args_test']['a'][-1]}"
+                )
         (work / "compare-fault.html").write_text(render_html(faulty))
-    ctx.results["numerics"] = {"same": same.passed, "fault_found": not faulty.passed, "first_divergence": first}
+    ctx.results["numerics"] = {
+        "same": same.passed,
+        "fault_found": not faulty.passed,
+        "first_divergence": first,
+    }
     ctx.say(f"  reports: {work / 'compare-migrated.html'}, {work / 'compare-fault.html'}")
-    caught = bool(first) and "ln2" in (first.get("module") or "") and "layer_norm" in (first.get("op") or "")
+    caught = (
+        bool(first)
+        and "ln2" in (first.get("module") or "")
+        and "layer_norm" in (first.get("op") or "")
+    )
     return same.passed and not faulty.passed and caught
