@@ -248,3 +248,12 @@ def test_checksums_prove_identical_tensors_without_reading_them(tmp_path):
         assert (
             close.passed and sources["aten.exp.default"] == "stats"
         )  # bits differ: judged by value
+
+
+def test_huge_finite_values_compare_without_overflow(tmp_path):
+    big = torch.finfo(torch.float32).max
+    x = torch.tensor([big, -big, 1.0, 0.5] * 64)
+    ref = run(tmp_path / "r", lambda: torch.neg(x))
+    test = run(tmp_path / "t", lambda: torch.neg(x))
+    with compare_dumps(ref, test) as result:
+        assert result.passed, result.reasons

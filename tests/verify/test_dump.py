@@ -217,3 +217,13 @@ def test_statistics_of_a_large_tensor_swept_on_two_threads(tmp_path):
     assert stats["l2"] == pytest.approx(np.sqrt((finite**2).sum()), rel=1e-5)
     assert stats["abs_mean"] == pytest.approx(np.abs(finite).mean(), rel=1e-5)
     assert (stats["nan"], stats["inf"], stats["zero"]) == (0, 1, int((finite == 0).sum()))
+
+
+def test_values_whose_squares_overflow_float32_still_get_statistics(tmp_path):
+    big = torch.finfo(torch.float32).max
+    x = torch.tensor([big, -big, 1.0, 0.0])
+    with capture(tmp_path / "d", step_on="manual"):
+        torch.neg(x)
+    stats = next(r for r in records(tmp_path / "d") if r.get("op") == "aten.neg.default")["out"][0]["stats"]
+    assert stats[3] == pytest.approx(math.sqrt(2) * big, rel=1e-6)  # L2 in float64
+    assert stats[4] == pytest.approx((2 * big + 1) / 4, rel=1e-6) and stats[7] == 1

@@ -289,10 +289,12 @@ class CurvesResult:
                 axis.fill_between(
                     result.steps, result.band[0], result.band[1], alpha=0.2, label="reference seeds"
                 )
-            axis.set_title(
-                f"{result.metric}: {'pass' if result.passed else 'fail'}"
-                + ("" if result.judged else " (not judged)")
+            state = (
+                ("pass" if result.passed else "fail")
+                if result.judged
+                else ("within" if not result.reasons else "outside") + " tolerance (not judged)"
             )
+            axis.set_title(f"{result.metric}: {state}")
             axis.set_xlabel("step")
             axis.legend(fontsize=8)
         fig.tight_layout()

@@ -54,6 +54,8 @@ _ALIAS_OPS = _SAME_ORDER_OPS | {"aten.t.default", "aten.transpose.int", "aten.pe
 _FACTORY_PREFIXES = ("aten.empty", "aten.new_empty", "aten.zeros", "aten.ones", "aten.full", "aten.new_zeros",
                      "aten.new_ones", "aten.new_full", "aten.scalar_tensor", "aten.arange", "aten._efficientzerotensor")  # fmt: skip
 _UNINITIALISED_PREFIXES = ("aten.empty", "aten.new_empty")
+# Dispatcher calls that compute nothing (profiler ranges such as the optimizer's record_function).
+_NOT_NUMERIC = ("profiler.",)
 
 PHASES = ("forward", "backward", "optimizer", "other")
 _HOST_CHUNK = 1 << 16  # elements per statistics sweep on the CPU: 256 KiB of float32 stays in L2
@@ -157,7 +159,8 @@ class _Stats:
         for begin in range(0, n, chunk):
             part = values[begin : begin + chunk]
             m = part.shape[0]
-            part_sum = float(np.dot(part, ones[:m]))
+            with np.errstate(over="ignore", invalid="ignore"):
+                part_sum = float(np.dot(part, ones[:m]))
             if not math.isfinite(part_sum):
                 # Rare: NaN/Inf in this chunk. Count them and keep them out of the statistics.
                 bad = ~np.isfinite(part)
@@ -177,12 +180,15 @@ class _Stats:
             lo = min(lo, float(part.min()))
             hi = max(hi, float(part.max()))
             total += part_sum
-            square += float(np.dot(part, part))
-            absolute += (
-                float(np.dot(part_scratch, ones[:m]))
-                if part_scratch.dtype == ones.dtype
-                else float(part_scratch.sum())
-            )
+            with np.errstate(over="ignore", invalid="ignore"):
+                part_square = float(np.dot(part, part))
+                part_abs = float(np.dot(part_scratch, ones[:m])) if part_scratch.dtype == ones.dtype else float(part_scratch.sum())
+            if not (math.isfinite(part_square) and math.isfinite(part_abs)):
+                # Finite values whose squares overflow float32 (masks filled with finfo.max).
+                wide = part.astype(np.float64)
+                part_square, part_abs = float(np.dot(wide, wide)), float(np.abs(wide).sum())
+            square += part_square
+            absolute += part_abs
             zero += int(np.count_nonzero(np.equal(part, 0, out=flags[:m])))
         return lo, hi, total, square, absolute, nan, inf, zero, finite
 
@@ -673,7 +679,7 @@ class Capture:
         if op is None:
             op = self._op_names[func] = str(func)
         module = self._module(phase)
-        if phase not in self.phases or not self._wanted(module, op):
+        if phase not in self.phases or op.startswith(_NOT_NUMERIC) or not self._wanted(module, op):
             return func(*args, **kwargs)
         self._busy = True
         try:

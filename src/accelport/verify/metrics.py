@@ -300,6 +300,16 @@ def _chunk_metrics_inner(
             return
         d, ar, tmp, flags = d[:m], ar[:m], tmp[:m], flags[:m]
         rr, tt = float(np.dot(r, r)), float(np.dot(t, t))
+        if not (math.isfinite(rr) and math.isfinite(tt)) and r.dtype == np.float32:
+            # Finite values whose squares overflow float32 (finfo.max in a mask): in float64.
+            _chunk_metrics_inner(
+                r.astype(np.float64),
+                t.astype(np.float64),
+                tol,
+                acc,
+                _work_buffers(CHUNK_ELEMENTS, np.float64),
+            )
+            return
     acc.n += m
     np.subtract(t, r, out=d)
     acc.dd += float(np.dot(d, d))
