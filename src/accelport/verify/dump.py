@@ -177,8 +177,8 @@ class _Stats:
             else:
                 part_scratch = np.abs(part, out=scratch[:m])
             finite += m
-            lo = min(lo, float(part.min()))
-            hi = max(hi, float(part.max()))
+            part_lo, part_hi = float(part.min()), float(part.max())
+            lo, hi = min(lo, part_lo), max(hi, part_hi)
             total += part_sum
             with np.errstate(over="ignore", invalid="ignore"):
                 part_square = float(np.dot(part, part))
@@ -189,7 +189,8 @@ class _Stats:
                 part_square, part_abs = float(np.dot(wide, wide)), float(np.abs(wide).sum())
             square += part_square
             absolute += part_abs
-            zero += int(np.count_nonzero(np.equal(part, 0, out=flags[:m])))
+            if part_lo <= 0.0 <= part_hi:  # a chunk of one sign has no zeros to count
+                zero += int(np.count_nonzero(np.equal(part, 0, out=flags[:m])))
         return lo, hi, total, square, absolute, nan, inf, zero, finite
 
     def _scratch(self, dtype: Any, size: int) -> Any:
