@@ -176,9 +176,8 @@ class _Comparer:
         self.only: dict[str, list[dict[str, Any]]] = {"ref": [], "test": []}
         self.first: dict[str, Any] | None = None
         self.first_pair: tuple[dict[str, Any], dict[str, Any]] | None = None
-        self.candidate: tuple[int, dict[str, Any]] | None = (
-            None  # (step, row) of an extra op that changed values
-        )
+        # (step, row) of the first op only one side ran that changed values, this step.
+        self.candidate: tuple[int, dict[str, Any]] | None = None
         # Autocast dtypes seen in either run: every tensor of a mixed-precision run carries that
         # dtype's rounding (even those stored in float32), so its tolerance applies throughout.
         self.amp_by_side: dict[str, set[str]] = {"ref": set(), "test": set()}
