@@ -224,6 +224,33 @@ def test_values_whose_squares_overflow_float32_still_get_statistics(tmp_path):
     x = torch.tensor([big, -big, 1.0, 0.0])
     with capture(tmp_path / "d", step_on="manual"):
         torch.neg(x)
-    stats = next(r for r in records(tmp_path / "d") if r.get("op") == "aten.neg.default")["out"][0]["stats"]
+    stats = next(r for r in records(tmp_path / "d") if r.get("op") == "aten.neg.default")["out"][0][
+        "stats"
+    ]
     assert stats[3] == pytest.approx(math.sqrt(2) * big, rel=1e-6)  # L2 in float64
     assert stats[4] == pytest.approx((2 * big + 1) / 4, rel=1e-6) and stats[7] == 1
+
+
+def test_permuted_and_expanded_tensors_get_the_statistics_of_their_elements(tmp_path):
+    x = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4) - 5
+    permuted = x.permute(2, 0, 1)  # made before the capture: first seen as tanh's input
+    assert not permuted.is_contiguous()
+    with capture(tmp_path / "d", step_on="manual"):
+        y = permuted.tanh()  # a non-contiguous input that fills its memory: read in place
+        z = torch.ones(1, 4).expand(3, 4).exp()  # an expanded one (stride 0)
+    recs = {r.get("op"): r for r in records(tmp_path / "d")}
+    for op, value in (
+        ("aten.tanh.default", x.permute(2, 0, 1)),
+        ("aten.exp.default", torch.ones(3, 4)),
+    ):
+        stats = dict(zip(dumpfile.STAT_FIELDS, recs[op]["in"][0]["stats"], strict=True))
+        v = value.contiguous().numpy().astype(np.float64)
+        assert (stats["min"], stats["max"], stats["zero"]) == (
+            v.min(),
+            v.max(),
+            int((v == 0).sum()),
+        )
+        assert stats["mean"] == pytest.approx(v.mean()) and stats["l2"] == pytest.approx(
+            np.sqrt((v**2).sum())
+        )
+    assert y.shape == (4, 2, 3) and z.shape == (3, 4)

@@ -110,12 +110,14 @@ class _Stats:
             x = x.double()
         elif x.dtype not in (torch.float32, torch.float64):
             x = x.float()
-        flat = x.reshape(-1)
         if host:
-            if not flat.is_contiguous():
-                flat = flat.contiguous()
+            # Statistics do not depend on element order: a transposed or permuted tensor that
+            # fills its memory exactly is read in place, without a copy.
+            flat = _dense_view(x) if not x.is_contiguous() else x.reshape(-1)
+            if flat is None:
+                flat = x.reshape(-1)
             return self._host(flat, n)
-        return self._device(flat, n)
+        return self._device(x.reshape(-1), n)
 
     def _host(self, flat: Any, n: int) -> list[float]:
         """One sweep over cache-sized chunks with numpy.
@@ -182,7 +184,11 @@ class _Stats:
             total += part_sum
             with np.errstate(over="ignore", invalid="ignore"):
                 part_square = float(np.dot(part, part))
-                part_abs = float(np.dot(part_scratch, ones[:m])) if part_scratch.dtype == ones.dtype else float(part_scratch.sum())
+                part_abs = (
+                    float(np.dot(part_scratch, ones[:m]))
+                    if part_scratch.dtype == ones.dtype
+                    else float(part_scratch.sum())
+                )
             if not (math.isfinite(part_square) and math.isfinite(part_abs)):
                 # Finite values whose squares overflow float32 (masks filled with finfo.max).
                 wide = part.astype(np.float64)
@@ -706,6 +712,8 @@ class Capture:
         outputs = _tensors_out(result)
         factory = op.startswith(_FACTORY_PREFIXES)
         alias = in_entries[0][1] if op in _ALIAS_OPS and in_entries else None
+        if op == "aten.expand.default" and in_entries and isinstance(in_entries[0][1].stats, list):
+            alias = _replicated(in_entries[0][1], outputs)
         out_desc = []
         for i, t in enumerate(outputs):
             if factory and op.startswith(_UNINITIALISED_PREFIXES):
@@ -920,6 +928,29 @@ def _numel(shape: list[int]) -> int:
     for s in shape:
         n *= s
     return n
+
+
+def _replicated(source: _Entry, outputs: list[Any]) -> _Entry | None:
+    """Statistics of an expand: every element of the input repeated the same number of times."""
+    if len(outputs) != 1 or not source.stats:
+        return None
+    times = outputs[0].numel() // max(1, _numel(source.shape))
+    lo, hi, mean, l2, abs_mean, nan, inf, zero = source.stats
+    stats = [lo, hi, mean, l2 * math.sqrt(times), abs_mean, nan * times, inf * times, zero * times]
+    return _Entry(source.dtype, list(outputs[0].shape), stats, None)
+
+
+def _dense_view(x: Any) -> Any:
+    """A 1-D view of the memory of `x` when its elements fill it exactly (any dimension order)."""
+    dims = sorted(
+        (stride, size) for stride, size in zip(x.stride(), x.shape, strict=True) if size != 1
+    )
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return None
+        expected *= size
+    return x.as_strided((x.numel(),), (1,), x.storage_offset())
 
 
 def _is_tensor(value: Any) -> bool:
