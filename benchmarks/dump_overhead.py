@@ -157,6 +157,19 @@ def measure(args: argparse.Namespace, example, scratch: Path) -> dict:
         "tensors_step_s": round(t, 4),
         "statistics_slowdown": round(s / p, 3),
         "tensors_slowdown": round(t / p, 3),
+        # Each round's ratio (steps taken one after the other see the same host load), median.
+        "statistics_slowdown_paired": round(
+            statistics.median(
+                st / pl for st, pl in zip(wall["statistics"], wall["plain"], strict=True)
+            ),
+            3,
+        ),
+        "tensors_slowdown_paired": round(
+            statistics.median(
+                te / pl for te, pl in zip(wall["tensors"], wall["plain"], strict=True)
+            ),
+            3,
+        ),
         # Fastest step of each mode: the least disturbed by other load on a shared host.
         "statistics_slowdown_best_steps": round(min(wall["statistics"]) / min(wall["plain"]), 3),
         "tensors_slowdown_best_steps": round(min(wall["tensors"]) / min(wall["plain"]), 3),
