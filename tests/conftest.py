@@ -10,6 +10,9 @@ import pytest
 
 # Tests never load a vendor adapter by accident (a half-installed one breaks `import torch`).
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+# Triton fixes interpreter mode when it is first imported; whichever test area imports it
+# first, kernels must run under the interpreter here (no GPU). Compile checks use child processes.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"

@@ -161,6 +161,9 @@ class Finding:
     replacement: str | None = None
     snippet: str = ""
     autofix: bool = False
+    # An inline `# accelport: <rule>` marker on its line says the finding is known and left for
+    # manual work (see inventory/python/markers.py).
+    acknowledged: bool = False
 
     def __reduce__(self):
         return (
@@ -178,6 +181,7 @@ class Finding:
                 self.replacement,
                 self.snippet,
                 self.autofix,
+                self.acknowledged,
             ),
         )
 
@@ -186,7 +190,7 @@ class Finding:
         return (loc.path, loc.cell or 0, loc.line, loc.column, self.rule_id, self.symbol)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "rule_id": self.rule_id,
             "category": self.category.value,
             "family": self.family,
@@ -195,11 +199,15 @@ class Finding:
             "effort": self.effort.value,
             "route": self.route.value,
             "location": self.location.to_dict(),
-            "backends": {k: v.value for k, v in sorted(self.backends.items())},
+            # Vendor order is the knowledge file's; statuses are str enums, so JSON writes their values.
+            "backends": dict(self.backends),
             "replacement": self.replacement,
             "snippet": self.snippet,
             "autofix": self.autofix,
         }
+        if self.acknowledged:
+            data["acknowledged"] = True
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Finding:
@@ -216,6 +224,7 @@ class Finding:
             replacement=data.get("replacement"),
             snippet=data.get("snippet", ""),
             autofix=data.get("autofix", False),
+            acknowledged=data.get("acknowledged", False),
         )
 
 
@@ -326,26 +335,31 @@ class Report:
     target: str | None = None
     schema_version: str = SCHEMA_VERSION
 
-    def counts(self, attribute: str) -> Counter[str]:
-        """Findings per value of a Finding attribute ('category', 'effort', 'route', 'rule_id')."""
-        counter: Counter[str] = Counter()
-        for finding in self.findings:
-            value = getattr(finding, attribute)
-            counter[value.value if isinstance(value, Enum) else value] += 1
-        return counter
-
     def summary(self) -> dict[str, Any]:
+        by_category: Counter[str] = Counter()
+        by_effort: Counter[str] = Counter()
+        by_route: Counter[str] = Counter()
+        by_rule: Counter[str] = Counter()
+        autofixable = acknowledged = 0
+        for f in self.findings:  # one pass: large trees have tens of thousands of findings
+            by_category[f.category] += 1
+            by_effort[f.effort] += 1
+            by_route[f.route] += 1
+            by_rule[f.rule_id] += 1
+            autofixable += f.autofix
+            acknowledged += f.acknowledged
         return {
             "findings": len(self.findings),
             "files_scanned": self.files_scanned,
             "files_with_findings": len(self.files),
             "files_skipped": len(self.skipped),
             "lines_scanned": self.lines_scanned,
-            "by_category": {c.value: self.counts("category").get(c.value, 0) for c in Category},
-            "by_effort": {e.value: self.counts("effort").get(e.value, 0) for e in Effort},
-            "by_route": {r.value: self.counts("route").get(r.value, 0) for r in Route},
-            "by_rule": dict(sorted(self.counts("rule_id").items())),
-            "autofixable": sum(1 for f in self.findings if f.autofix),
+            "by_category": {c.value: by_category.get(c, 0) for c in Category},
+            "by_effort": {e.value: by_effort.get(e, 0) for e in Effort},
+            "by_route": {r.value: by_route.get(r, 0) for r in Route},
+            "by_rule": dict(sorted(by_rule.items())),
+            "autofixable": autofixable,
+            "acknowledged": acknowledged,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -363,8 +377,23 @@ class Report:
             "skipped": [s.to_dict() for s in self.skipped],
         }
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False) + "\n"
+    def to_json(self) -> str:
+        """Readable JSON: the summary indented, then one finding per line.
+
+        An indented dump of every finding goes through json's pure-Python encoder and
+        dominated the run time on large trees; compact lines use the C encoder.
+        """
+        data = self.to_dict()
+        findings = data.pop("findings")
+        skipped = data.pop("skipped")
+        head = json.dumps(data, indent=2, ensure_ascii=False)[:-2]  # drop the closing "\n}"
+        compact = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
+
+        def block(items: list) -> str:
+            return "[\n" + ",\n".join(f"    {compact(item)}" for item in items) + "\n  ]" if items else "[]"
+
+        return f'{head},\n  "findings": {block(findings)},\n  "skipped": {block(skipped)}\n}}\n'
+
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Report:

@@ -99,3 +99,18 @@ def test_real_process_prints_help_with_exit_codes():
     result = subprocess.run([sys.executable, "-m", "accelport", "inventory", "--help"], capture_output=True, text=True)
     assert result.returncode == 0
     assert "Exit codes" in result.stdout or "exit codes" in result.stdout.lower()
+
+
+def test_marked_findings_are_reported_but_do_not_fail(cli, tmp_path):
+    code = tmp_path / "m.py"
+    code.write_text("import torch\nmajor, minor = torch.cuda.get_device_capability()\n")
+    assert cli("inventory", code, "--fail-on", "any").code == 1
+    code.write_text(
+        "import torch\n"
+        "major, minor = torch.cuda.get_device_capability()  # accelport: AP1109: gate on the feature instead\n"
+    )
+    result = cli("inventory", code, "--fail-on", "any")
+    assert result.code == 0
+    assert "[marked]" in result.out and "1 marked in the source" in result.out
+    data = json.loads(cli("inventory", code, "--format", "json").out)
+    assert data["summary"]["acknowledged"] == 1 and data["findings"][0]["acknowledged"] is True

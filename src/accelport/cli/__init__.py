@@ -33,18 +33,46 @@ exit codes:
 """
 
 
-def _command_modules() -> list:
+def _module_names() -> list[str]:
+    return [info.name for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_") and not info.ispkg]
+
+
+def _command_modules(only: str | None = None) -> list:
     modules = []
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_") or info.ispkg:
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for name in _module_names() if only is None else [only]:
+        module = importlib.import_module(f"{__name__}.{name}")
         if hasattr(module, "register"):
             modules.append(module)
     return sorted(modules, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _commands(parser: argparse.ArgumentParser) -> set[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return set(action.choices)
+    return set()
+
+
+def _requested_module(argv: Sequence[str]) -> tuple[str, str] | None:
+    """The command module named by the first positional argument, if one has that name.
+
+    Importing only that module keeps start-up short (`accelport inventory` need not
+    load torch-facing command modules); --help and unknown commands get the full parser.
+    """
+    args = list(argv)
+    while args and args[0].startswith("-"):
+        option = args.pop(0)
+        if option == "--knowledge" and args:
+            args.pop(0)
+        elif option in ("-h", "--help", "--version"):
+            return None
+    if not args:
+        return None
+    name = args[0].replace("-", "_")
+    return (name, args[0]) if name in _module_names() else None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="accelport",
         description=(
@@ -64,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _command_modules():
+    for module in _command_modules(only):
         module.register(subparsers)
     return parser
 
@@ -73,7 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # accelport's CPU-side tools must not fail because a vendor adapter is half-installed
     # (torch imports every backend entry point; a broken one makes `import torch` raise).
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    requested = _requested_module(argv)
+    parser = build_parser(requested[0] if requested else None)
+    if requested and requested[1] not in _commands(parser):
+        parser = build_parser()  # the module did not register that name (a command living elsewhere)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],

@@ -30,6 +30,9 @@ class SourceFile:
 
     display: str
     data: bytes
+    # The Python scanner leaves its parse here (possibly partial: statements without CUDA
+    # tokens blanked, positions kept), so migrate rewrites from the same parse.
+    tree: object | None = field(default=None, repr=False)
     _text: str | None = field(default=None, repr=False)
     _lines: list[str] | None = field(default=None, repr=False)
 

@@ -379,6 +379,7 @@ class SetupScriptScanner(FileScanner):
 
     def scan(self, source: SourceFile) -> list[Finding]:
         from accelport.inventory.python import PythonScanner
+        from accelport.inventory.python.markers import MARKER_WORD, acknowledge
 
         python = PythonScanner()
         findings = python.scan(source) if python.wants(source.data) else []
@@ -387,6 +388,8 @@ class SetupScriptScanner(FileScanner):
         except SyntaxError as exc:
             raise ScanSkipped(f"Python syntax error at line {exc.lineno}: {exc.msg}") from None
         findings.extend(_setup_findings(tree, source))
+        if MARKER_WORD in source.data:  # `# accelport: APxxxx` markers acknowledge build findings too
+            findings = acknowledge(findings, source.lines)
         return findings
 
 

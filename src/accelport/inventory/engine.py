@@ -13,6 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from accelport import __version__, knowledge
+from accelport.errors import UserError
 from accelport.findings import BackendStatus, Effort, Finding, Report, SkippedFile, sorted_findings
 from accelport.inventory.base import ScanSkipped, SourceFile
 from accelport.inventory.cxx import link_kernel_launches
@@ -78,6 +79,8 @@ def scan_file(candidate: Candidate) -> FileResult:
         return FileResult(candidate.display, lines, skipped=str(exc))
     except RecursionError:
         return FileResult(candidate.display, lines, skipped="nested too deeply to parse")
+    except UserError:
+        raise  # bad site knowledge: the user's to fix, not this file's
     except Exception as exc:  # a scanner bug must not lose the rest of the scan
         log.exception("%s scanner failed on %s", scanner.name, candidate.display)
         return FileResult(candidate.display, lines, skipped=f"internal error in the {scanner.name} scanner: {type(exc).__name__}: {exc}")
@@ -155,7 +158,12 @@ def scan(
     """Inventory the CUDA dependencies under `paths` (files or folders)."""
     if target is not None:
         knowledge.vendor(target)  # unknown vendor -> UserError now, not after the scan
-    knowledge.rules()  # load before forking so every worker shares it
+    # Load (and validate) every knowledge file before forking: workers share it, and a
+    # broken site file is one error line now rather than a failure inside a scanner.
+    knowledge.rules()
+    knowledge.vendors()
+    knowledge.torch_api()
+    knowledge.packages()
     found = discover(paths, excludes=excludes, respect_gitignore=respect_gitignore, max_file_size=max_file_size)
     if on_discovered:
         on_discovered(len(found.files))

@@ -14,8 +14,6 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from accelport import knowledge
 from accelport.findings import BackendStatus, Finding, Location
 from accelport.inventory.base import (
@@ -80,6 +78,13 @@ def _wheel_backends() -> dict[str, BackendStatus]:
     return backend_statuses(cuda_like=BackendStatus.PORTABLE, others=BackendStatus.PORTABLE)
 
 
+def _requirement(text: str):
+    # packaging is imported on first use: it costs start-up time on trees with no manifest.
+    from packaging.requirements import Requirement
+
+    return Requirement(text)
+
+
 @dataclass(frozen=True, slots=True)
 class Span:
     """Where a requirement sits in its file (1-based line, columns)."""
@@ -97,8 +102,8 @@ def requirement_findings(text: str, display: str, span: Span, snippet: str) -> I
         yield from _option_findings(stripped, location, snippet)
         return
     try:
-        requirement = Requirement(stripped)
-    except InvalidRequirement:
+        requirement = _requirement(stripped)
+    except ValueError:  # packaging's InvalidRequirement
         # Not PEP 508: a bare URL or path. Only a CUDA wheel URL says anything.
         if _CUDA_INDEX.search(stripped) or _CUDA_LOCAL.search(stripped):
             yield make_finding("AP8102", symbol=stripped, location=location, snippet=snippet, backends=_wheel_backends())

@@ -38,8 +38,11 @@ def _hours(report: Report) -> str:
 # --------------------------------------------------------------------------- table
 
 
-def render_table(report: Report, style: Any = None) -> str:
-    """The terminal view: summary by category and route, then findings grouped by file."""
+def render_table(report: Report, style: Any = None, max_per_file: int | None = None) -> str:
+    """The terminal view: summary by category and route, then findings grouped by file.
+
+    `max_per_file` shortens each file's list (the demo); the count of the rest is shown.
+    """
     bold = style.bold if style else (lambda s: s)
     dim = style.dim if style else (lambda s: s)
     effort_color: dict[Effort, Callable[[str], str]] = {
@@ -58,6 +61,8 @@ def render_table(report: Report, style: Any = None) -> str:
     out.append(f"  {summary['findings']} findings" + (f": {categories}" if categories else ""))
     levels = ", ".join(f"{level} {n}" for level, n in summary["by_effort"].items())
     out.append(f"  effort: {levels}; about {_hours(report)}; {summary['autofixable']} fixed by `accelport migrate`")
+    if summary["acknowledged"]:
+        out.append(f"  {summary['acknowledged']} marked in the source as known manual work (`# accelport: APxxxx`)")
     out.append(bold(f"  route {report.route.route.value}: {report.route.route.title}"))
     out.extend(f"    - {reason}" for reason in report.route.reasons)
     for path, findings in _by_file(report).items():
@@ -65,14 +70,19 @@ def render_table(report: Report, style: Any = None) -> str:
         route = f", route {file_summary.route.route.value}" if file_summary else ""
         out.append("")
         out.append(bold(f"{path}") + dim(f"  ({len(findings)} findings{route})"))
-        for finding in findings:
+        shown = findings if max_per_file is None else findings[:max_per_file]
+        for finding in shown:
             fix = " [auto]" if finding.autofix else ""
+            if finding.acknowledged:
+                fix += " [marked]"
             line = f"  {_where(finding):>9}  {finding.rule_id}  {effort_color[finding.effort](f'{finding.effort.value:<6}')}  {finding.message}{fix}"
             out.append(line)
             if finding.snippet:
                 out.append(dim(f"             {finding.snippet}"))
             if finding.replacement:
                 out.append(dim(f"             -> {finding.replacement}"))
+        if len(shown) < len(findings):
+            out.append(dim(f"  ... and {len(findings) - len(shown)} more"))
     if report.skipped:
         out.append("")
         out.append(bold(f"skipped ({len(report.skipped)}):"))
@@ -101,6 +111,7 @@ CSV_COLUMNS = (
     "effort",
     "route",
     "autofix",
+    "acknowledged",
     "message",
     "replacement",
     "snippet",
@@ -128,6 +139,7 @@ def render_csv(report: Report) -> str:
                 f.effort.value,
                 f.route.value,
                 "yes" if f.autofix else "no",
+                "yes" if f.acknowledged else "no",
                 f.message,
                 f.replacement or "",
                 f.snippet,

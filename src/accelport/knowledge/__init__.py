@@ -7,8 +7,10 @@ or override vendors, torch API entries and package entries without touching code
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pickle
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -55,11 +57,46 @@ def _clear_caches() -> None:
 
 
 def read_toml(name: str) -> dict[str, Any]:
-    """A TOML file shipped in this package, by path relative to `knowledge/`."""
+    """A TOML file shipped in this package, by path relative to `knowledge/`.
+
+    Parsed data is cached (pickled, keyed by a hash of the text) in the user's cache
+    folder: TOML parsing of the knowledge files was a fifth of a small command's run.
+    The text is always read, so an edited file is never served stale.
+    """
     node = resources.files(__name__)
     for part in name.split("/"):
         node = node.joinpath(part)
-    return tomllib.loads(node.read_text(encoding="utf-8"))
+    raw = node.read_bytes()
+    return _cached_parse(raw, name)
+
+
+def _cache_dir() -> Path | None:
+    if os.environ.get("ACCELPORT_NO_CACHE"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "accelport" / "knowledge"
+
+
+def _cached_parse(raw: bytes, name: str) -> dict[str, Any]:
+    folder = _cache_dir()
+    path = folder / f"{hashlib.sha1(raw).hexdigest()}.pickle" if folder else None
+    if path is not None:
+        try:
+            with open(path, "rb") as handle:
+                return pickle.load(handle)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
+            pass
+    data = tomllib.loads(raw.decode("utf-8"))
+    if path is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            with open(tmp, "wb") as handle:
+                pickle.dump(data, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home is fine: parse every time
+    return data
 
 
 def read_json(name: str) -> Any:

@@ -13,7 +13,7 @@ def run(ctx) -> bool:
 
     report = scan([str(ctx.app)])
     ctx.results["inventory"] = report
-    ctx.say(render_table(report, ctx.style).rstrip())
+    ctx.say(render_table(report, ctx.style, max_per_file=3).rstrip())
     atomic_write_text(ctx.workdir / "inventory.json", report.to_json())
     atomic_write_text(ctx.workdir / "inventory.html", render_html(report))
     ctx.say(f"\nreports: {ctx.workdir / 'inventory.json'}, {ctx.workdir / 'inventory.html'}")

@@ -13,6 +13,7 @@ from accelport.findings import Finding
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
 from accelport.inventory.python import chunks
 from accelport.inventory.python.context import PyContext
+from accelport.inventory.python.markers import MARKER_WORD, acknowledge
 from accelport.inventory.python.rules import FINALIZERS, REGISTRY, load
 
 load()
@@ -196,14 +197,18 @@ def _module_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def _alias_lines(ctx: PyContext, tree: ast.Module, text: str) -> set[int]:
-    """Lines that use a name imported from a CUDA API or package (`from torch.cuda.amp import autocast`)."""
+@knowledge.derived_cache
+def _interesting(qualname: str) -> bool:
+    """Is this import target a CUDA API, a CUDA-only package, or a call judged by name?"""
     from accelport.inventory.python.context import lookup_api, lookup_package
     from accelport.inventory.python.rules.calls import RESOLVED_CALLS
 
-    def interesting(qualname: str) -> bool:
-        return qualname in RESOLVED_CALLS or lookup_api(qualname) is not None or lookup_package(qualname) is not None
+    return qualname in RESOLVED_CALLS or lookup_api(qualname) is not None or lookup_package(qualname) is not None
 
+
+def _alias_lines(ctx: PyContext, tree: ast.Module, text: str) -> set[int]:
+    """Lines that use a name imported from a CUDA API or package (`from torch.cuda.amp import autocast`)."""
+    interesting = _interesting
     # Names bound before this text (earlier notebook cells) count as well.
     names = {name for name, qualname in ctx.aliases.items() if "." in qualname and interesting(qualname)}
     for stmt in _module_imports(tree):
@@ -234,7 +239,9 @@ def _alias_lines(ctx: PyContext, tree: ast.Module, text: str) -> set[int]:
 
 def _parse(text: str, display: str, cell: int | None) -> ast.Module:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SyntaxWarning)  # invalid escapes etc. are the user's business
+        # Invalid escapes and the like are the user's business (3.11 warns with DeprecationWarning, 3.12+ SyntaxWarning).
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
         try:
             return ast.parse(text, filename=display)
         except SyntaxError as exc:
@@ -279,7 +286,8 @@ def scan_python_text(
     """Findings for one piece of Python source (a file, or a notebook cell).
 
     With `wanted` (lines holding CUDA tokens) only the statements that cover them are
-    parsed and walked. `aliases` carries import bindings between notebook cells, which
+    parsed and walked; the parse is left in `source.tree` (partial: other statements are
+    blanked, positions kept). `aliases` carries import bindings between notebook cells, which
     share one namespace; it is updated with this text's imports.
     """
     lines = chunks.split_lines(text)
@@ -292,6 +300,8 @@ def scan_python_text(
     else:
         tree = _parse(text, source.display, cell)
         extra = _alias_lines(ctx, tree, text) if wanted is not None else set()
+    if cell is None:
+        source.tree = tree  # for callers that rewrite what was found (migrate); may be partial
     walk(ctx, tree, sorted(wanted | extra) if wanted is not None else None)
     return ctx.findings
 
@@ -306,7 +316,10 @@ class PythonScanner(FileScanner):
         wanted = code_token_lines(source.data)
         if not wanted:
             return []  # every CUDA token sits in a comment or docstring
-        return scan_python_text(source, source.text, wanted=wanted)
+        findings = scan_python_text(source, source.text, wanted=wanted)
+        if findings and MARKER_WORD in source.data:
+            findings = acknowledge(findings, source.lines)
+        return findings
 
 
 # IPython-only lines: line magics, shell escapes, help queries (`obj?`, `?obj`).

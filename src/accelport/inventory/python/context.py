@@ -201,6 +201,8 @@ class PyContext:
                 replacement=replacement,
                 backends=backends,
                 effort=effort,
+                # A catalogue entry may narrow its rule's autofix (no portable form for this symbol).
+                autofix=(entry or {}).get("autofix"),
             )
         )
 

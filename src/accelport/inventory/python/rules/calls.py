@@ -83,9 +83,14 @@ def check_device_value(ctx: PyContext, node: ast.AST | None, rule_id: str = "AP1
         for value in node.values:
             found = check_device_value(ctx, value, rule_id) or found
         return found
-    if isinstance(node, ast.Dict):  # map_location={"cuda:0": "cpu"}
+    if isinstance(node, ast.Dict):  # map_location={"cuda:0": device}
+        # Keys name where the checkpoint's tensors were saved (a fact about the file, right
+        # as written); only the values choose a device on this machine.
         found = False
-        for part in (*node.keys, *node.values):
+        for key in node.keys:
+            if key is not None and is_device_string(key):
+                ctx.consume(key)
+        for part in node.values:
             found = check_device_value(ctx, part, rule_id) or found
         return found
     return False
@@ -96,6 +101,15 @@ def _keyword(node: ast.Call, name: str) -> ast.expr | None:
         if keyword.arg == name:
             return keyword.value
     return None
+
+
+def _is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _none_off_accelerator(node: ast.AST) -> bool:
+    """`[rank] if device.type != "cpu" else None`: device ids already given only on accelerators."""
+    return isinstance(node, ast.IfExp) and (_is_none(node.body) or _is_none(node.orelse))
 
 
 def _string_args(node: ast.Call) -> list[str]:
@@ -145,7 +159,7 @@ def amp_and_distributed(ctx: PyContext, node: ast.Call) -> None:
         ctx.report("AP1301", backend, "nccl", replacement="torch.distributed.get_default_backend_for_device(device)")
     if qualname in DDP or (isinstance(node.func, ast.Name) and ctx.aliases.get(node.func.id, "").endswith("DistributedDataParallel")):
         device_ids = _keyword(node, "device_ids")
-        if device_ids is not None and not (isinstance(device_ids, ast.Constant) and device_ids.value is None):
+        if device_ids is not None and not _is_none(device_ids) and not _none_off_accelerator(device_ids):
             ctx.report("AP1302", device_ids, "device_ids", replacement='device_ids if device.type != "cpu" else None')
     if qualname in PROFILERS:
         use_cuda = _keyword(node, "use_cuda")

@@ -1,0 +1,136 @@
+"""`accelport migrate PATH...`: rewrite CUDA PyTorch code into PyTorch's device-agnostic API.
+
+Rewrites what has a portable form (torch.accelerator, torch.amp with the device type,
+torch.Stream/Event, torch.get_device_module, the default distributed backend) and puts an
+inline `# accelport: APxxxx: ...` marker on each line left for manual work. Comments,
+docstrings, paths, identifiers and formatting elsewhere are never touched.
+
+modes:
+  --diff   (default) print a unified diff; nothing is written
+  --check  print what would change; exit 1 if anything would (CI, pre-commit)
+  --write  edit the files atomically and write the change list (JSON and Markdown);
+           refuses a dirty git tree under PATH (or files outside git) unless --force
+
+exit codes:
+  0  done (--check: nothing to change)
+  1  --check: files would change; or files were skipped or left alone (unparsable, not UTF-8)
+  2  usage or input error
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from accelport.cli._output import Progress, Style, emit, use_color
+from accelport.errors import UserError
+
+ORDER = 20
+
+
+def run(args: argparse.Namespace) -> int:
+    from accelport.migrate import Options, migrate, parse_select
+    from accelport.migrate.render import render_diff, render_json, render_markdown, render_summary
+
+    # Before writing, each whole file must parse; --diff and --check check the statements they change.
+    options = Options(select=parse_select(args.select), target=args.target, whole_file=args.mode == "write")
+    progress: Progress | None = None
+
+    def discovered(total: int) -> None:
+        nonlocal progress
+        progress = Progress(total, "migrating")
+
+    def advance(count: int) -> None:
+        if progress is not None:
+            progress.advance(count)
+
+    try:
+        result = migrate(
+            args.paths,
+            options=options,
+            excludes=args.exclude,
+            jobs=args.jobs,
+            respect_gitignore=not args.no_gitignore,
+            on_discovered=discovered,
+            on_progress=advance,
+            keep_text=args.mode != "check",
+        )
+    finally:
+        if progress is not None:
+            progress.close()
+    if result.files_scanned == 0 and not result.skipped:
+        raise UserError(f"{', '.join(args.paths)}: no Python files were found; check the path and --exclude")
+
+    style_out = Style(use_color())
+    style_err = Style(use_color(sys.stderr))
+    if args.mode == "write":
+        _write(args, result, render_json, render_markdown)
+        text = render_json(result) if args.format == "json" else render_summary(result, style_out)
+        emit(text, None)
+    elif args.mode == "check":
+        emit(render_json(result) if args.format == "json" else render_summary(result, style_out), None)
+    elif args.format == "json":
+        emit(render_json(result), None)
+    else:
+        emit(render_diff(result), None)
+        sys.stderr.write(render_summary(result, style_err))
+
+    left_alone = bool(result.skipped or result.failed_files) and not args.allow_skipped
+    if args.mode == "check" and result.changed_files:
+        return 1
+    return 1 if left_alone else 0
+
+
+def _write(args: argparse.Namespace, result, render_json, render_markdown) -> None:
+    from accelport.fileio import atomic_write_text
+    from accelport.migrate.writing import uncommitted, write_files
+
+    targets = [f.disk_path for f in result.changed_files if f.disk_path]
+    if targets and not args.force:
+        dirty = uncommitted(args.paths, targets)
+        if dirty:
+            more = f" (and {len(dirty) - 1} more)" if len(dirty) > 1 else ""
+            raise UserError(
+                f"{os.path.relpath(dirty[0])}: has uncommitted changes{more}; commit or stash them first "
+                "so the rewrite can be reviewed and undone, or pass --force"
+            )
+    try:
+        write_files(result.changed_files)
+    except OSError as exc:
+        raise UserError(f"{exc.filename or 'a file'}: cannot be written ({exc.strerror}); nothing was changed") from None
+    if args.changes != "-":
+        json_path = args.changes
+        md_path = os.path.splitext(json_path)[0] + ".md"
+        atomic_write_text(json_path, render_json(result))
+        atomic_write_text(md_path, render_markdown(result))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "migrate",
+        help="rewrite CUDA PyTorch code into device-agnostic code, with markers for manual work",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to migrate")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--diff", dest="mode", action="store_const", const="diff", help="print a unified diff (default)")
+    mode.add_argument("--write", dest="mode", action="store_const", const="write", help="edit the files in place")
+    mode.add_argument("--check", dest="mode", action="store_const", const="check", help="exit 1 if files would change")
+    parser.set_defaults(mode="diff")
+    parser.add_argument("--target", metavar="VENDOR", help="also add what this vendor needs beyond portable code (see `accelport backends`)")
+    parser.add_argument("--select", action="append", metavar="IDS", help="only these rule IDs or prefixes, comma-separated (AP1101,AP12)")
+    parser.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="gitignore-style pattern to leave out; repeatable")
+    parser.add_argument("--force", action="store_true", help="--write even over uncommitted changes or outside git")
+    parser.add_argument(
+        "--changes",
+        default="accelport-changes.json",
+        metavar="FILE.json",
+        help="--write: where to put the change list (a .md beside it); '-' for none (default: %(default)s)",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="json: print the change list")
+    parser.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: number of cores)")
+    parser.add_argument("--no-gitignore", action="store_true", help="also migrate files that .gitignore excludes")
+    parser.add_argument("--allow-skipped", action="store_true", help="exit 0 even when some files were skipped or left alone")
+    parser.set_defaults(handler=run)

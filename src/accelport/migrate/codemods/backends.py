@@ -1,0 +1,89 @@
+"""Backend switches: TF32 → torch.set_float32_matmul_precision, cudnn.deterministic → torch.use_deterministic_algorithms."""
+
+from __future__ import annotations
+
+import ast
+
+import libcst as cst
+
+from accelport.migrate.codemods import codemod, fail, maybe_parens, parse, replace_with, stmt_edit
+from accelport.migrate.context import FileContext
+from accelport.migrate.edits import Edit, code
+from accelport.migrate.source import Site
+
+
+def _assigned(site: Site) -> ast.Assign | None:
+    """The `flag = value` statement when the site is its only target."""
+    parent = site.parent
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and parent.targets[0] is site.node:
+        return parent
+    return None
+
+
+def _set_from_value(site: Site, assign: ast.Assign, make_call) -> Edit | None:
+    """Turn `flag = value` into the call `make_call(value_code, value_node)` returns."""
+
+    def rewrite(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+        statement = line.body[0]
+        if len(line.body) != 1 or not isinstance(statement, cst.Assign):
+            fail("expected an assignment")
+        call = parse(make_call(code(statement.value), assign.value))
+        return line.with_changes(body=[cst.Expr(value=call)])
+
+    return stmt_edit(site, assign, rewrite)
+
+
+def _is_constant(node: ast.AST, value: bool) -> bool:
+    return isinstance(node, ast.Constant) and node.value is value
+
+
+@codemod("AP1401")
+def tf32(site: Site, ctx: FileContext) -> Edit | None:
+    """torch.backends.cuda.matmul.allow_tf32 = True -> torch.set_float32_matmul_precision("high")"""
+    if not isinstance(site.node, ast.Attribute):
+        return None
+    quote = site.quote
+    high, highest = f"{quote}high{quote}", f"{quote}highest{quote}"
+    setter = ctx.path("torch.set_float32_matmul_precision")
+    assign = _assigned(site)
+    if assign is not None:
+
+        def call(value: str, node: ast.AST) -> str:
+            if _is_constant(node, True):
+                return f"{setter}({high})"
+            if _is_constant(node, False):
+                return f"{setter}({highest})"
+            return f"{setter}({high} if {value} else {highest})"
+
+        return _set_from_value(site, assign, call)
+    if isinstance(site.node.ctx, ast.Load):
+        text = f"{ctx.path('torch.get_float32_matmul_precision')}() != {highest}"
+        return _compare(site, text)
+    return None
+
+
+@codemod("AP1402")
+def deterministic(site: Site, ctx: FileContext) -> Edit | None:
+    """torch.backends.cudnn.deterministic = True -> torch.use_deterministic_algorithms(True, warn_only=True)"""
+    if not isinstance(site.node, ast.Attribute):
+        return None
+    setter = ctx.path("torch.use_deterministic_algorithms")
+    assign = _assigned(site)
+    if assign is not None:
+
+        def call(value: str, node: ast.AST) -> str:
+            if _is_constant(node, False):
+                return f"{setter}(False)"
+            # warn_only keeps cuDNN's leniency: ops without a deterministic kernel warn instead of raising.
+            return f"{setter}({value}, warn_only=True)"
+
+        return _set_from_value(site, assign, call)
+    if isinstance(site.node.ctx, ast.Load):
+        return replace_with(site, site.node, f"{ctx.path('torch.are_deterministic_algorithms_enabled')}()")
+    return None
+
+
+def _compare(site: Site, text: str) -> Edit:
+    from accelport.migrate.codemods import expr_edit
+
+    return expr_edit(site, site.node, lambda _old: maybe_parens(site, site.node, parse(text), "compare"))

@@ -1,0 +1,30 @@
+"""Distributed: the default collective backend for the current device; DDP device_ids only on accelerators."""
+
+from __future__ import annotations
+
+import ast
+
+from accelport.migrate.codemods import codemod, expr_edit, parse, replace_with
+from accelport.migrate.context import FileContext
+from accelport.migrate.edits import Edit, code
+from accelport.migrate.source import Site
+
+
+@codemod("AP1301")
+def nccl_backend(site: Site, ctx: FileContext) -> Edit | None:
+    """backend="nccl" -> backend=dist.get_default_backend_for_device(DEVICE)"""
+    node = site.node
+    if (isinstance(node, ast.Constant) and node.value == "nccl") or (isinstance(node, ast.Attribute) and node.attr == "NCCL"):
+        return replace_with(site, node, f"{ctx.dist()}.get_default_backend_for_device({ctx.device(site)})")
+    return None
+
+
+@codemod("AP1302")
+def ddp_device_ids(site: Site, ctx: FileContext) -> Edit | None:
+    """device_ids=[local_rank] -> device_ids=[local_rank] if DEVICE.type != "cpu" else None"""
+    node = site.node
+    if not isinstance(site.parent, ast.keyword):
+        return None
+    device_type = ctx.device_type(site)
+    quote = site.quote
+    return expr_edit(site, node, lambda ids: parse(f"{code(ids)} if {device_type} != {quote}cpu{quote} else None"))

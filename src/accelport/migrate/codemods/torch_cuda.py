@@ -1,0 +1,154 @@
+"""torch.cuda.* → torch.accelerator, torch.Stream/Event, torch.manual_seed, torch.get_device_module.
+
+Driven by the API catalogue (knowledge/torch_api.toml): an entry's `replacement` names the
+portable function, `guard` says torch.accelerator raises without an accelerator (so the
+call goes behind `torch.accelerator.is_available()`), `fallback` is what a guarded call
+stands for in an expression, and `fallback_call` is used where the backend's module lacks
+the function (`getattr(torch.get_device_module(device), "name", fallback)`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import libcst as cst
+
+from accelport.inventory.python.context import lookup_api
+from accelport.migrate.codemods import (
+    called,
+    codemod,
+    expr_edit,
+    fail,
+    maybe_parens,
+    new_arg,
+    parse,
+    prepend_args,
+    replace_with,
+    statement_call,
+    stmt_edit,
+)
+from accelport.migrate.context import FileContext
+from accelport.migrate.edits import Edit, code
+from accelport.migrate.source import Site
+
+# Calls that need the device as their first argument once they leave torch.cuda.
+_STREAM = "torch.cuda.Stream"
+_EVENT = "torch.cuda.Event"
+_STREAM_CONTEXTS = ("torch.cuda.stream", "torch.cuda.StreamContext")
+
+
+def catalogue_entry(site: Site) -> tuple[str, dict] | None:
+    found = lookup_api(site.symbol)
+    if found is None or found[1].get("autofix") is False:
+        return None
+    return found
+
+
+def portable_path(entry: dict) -> str | None:
+    """'torch.accelerator.set_device_index(index)' -> 'torch.accelerator.set_device_index'."""
+    replacement = entry.get("replacement") or ""
+    match = re.fullmatch(r"(.+)\([^()]*\)", replacement)
+    path = match.group(1) if match else replacement
+    if not path or " " in path:
+        return None
+    return path
+
+
+@codemod("AP1101", "AP1102", "AP1103", "AP1104", "AP1105", "AP1106", "AP1107", "AP1108", "AP1114")
+def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
+    if not isinstance(site.node, ast.Attribute | ast.Name):
+        return None  # imports are handled by the imports codemod
+    found = catalogue_entry(site)
+    if found is None:
+        return None
+    symbol, entry = found
+    call = called(site)
+    if symbol == _STREAM:
+        return _with_device_first(site, ctx, call, ctx.path("torch.Stream"), keyword="device")
+    if symbol == _EVENT:
+        return _with_device_first(site, ctx, call, f"{ctx.compat()}.Event", keyword=None)
+    if symbol in _STREAM_CONTEXTS:
+        if call is None or len(call.args) != 1 or call.keywords:
+            return None
+        return expr_edit(site, call, lambda c: c.args[0].value)
+    if symbol == "torch.cuda.device_of":
+        if call is None or len(call.args) != 1:
+            return None
+        return expr_edit(site, call, lambda c: parse(f"{ctx.path('torch.accelerator.device_index')}({code(c.args[0].value)}.device.index)"))
+    if symbol == "torch.cuda.is_bf16_supported":
+        if call is None:
+            return None
+        device = ctx.device(site)
+        func = f"{ctx.compat()}.is_bf16_supported"
+        return expr_edit(site, call, lambda c: prepend_args(c.with_changes(func=parse(func)), new_arg(device)))
+    if "fallback_call" in entry:
+        return _device_module_call(site, ctx, call, symbol, entry)
+    path = portable_path(entry)
+    if path is None:
+        return None
+    if "get_device_module(device)" in path:
+        path = path.replace("torch.get_device_module(device)", f"{ctx.path('torch.get_device_module')}({ctx.device(site)})")
+    new_func = ctx.path(path)
+    if call is None:
+        # A reference, not a call (`except torch.cuda.OutOfMemoryError`): rename, unless the
+        # portable function raises without an accelerator and needs its guard at the call.
+        if entry.get("guard"):
+            return None
+        return replace_with(site, site.node, new_func)
+    if not entry.get("guard"):
+        return replace_with(site, site.node, new_func)
+    return _guarded(site, ctx, call, new_func, entry)
+
+
+def _guarded(site: Site, ctx: FileContext, call: ast.Call, new_func: str, entry: dict) -> Edit | None:
+    """torch.cuda.X(...) -> torch.accelerator.Y(...) behind torch.accelerator.is_available()."""
+    available = f"{ctx.path('torch.accelerator.is_available')}()"
+    statement = statement_call(site, call)
+    if statement is not None and site.source.alone_on_its_lines(statement):
+
+        def guard(line: cst.SimpleStatementLine) -> cst.BaseStatement:
+            expr = line.body[0]
+            if len(line.body) != 1 or not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+                fail("expected a call statement")
+            inner = line.with_changes(body=[expr.with_changes(value=expr.value.with_changes(func=parse(new_func)))])
+            return cst.If(test=parse(available), body=cst.IndentedBlock(body=[inner]), leading_lines=line.leading_lines)
+
+        return stmt_edit(site, statement, guard)
+    fallback = entry.get("fallback")
+    if fallback is None:
+        return replace_with(site, site.node, new_func)
+
+    def conditional(node: cst.BaseExpression) -> cst.BaseExpression:
+        renamed = node.with_changes(func=parse(new_func))
+        return maybe_parens(site, call, parse(f"{code(renamed)} if {available} else {fallback}"), "ifexp")
+
+    return expr_edit(site, call, conditional)
+
+
+def _with_device_first(site: Site, ctx: FileContext, call: ast.Call | None, new_func: str, keyword: str | None) -> Edit | None:
+    """torch.cuda.Stream(...) -> torch.Stream(device, ...); torch.cuda.Event(...) -> accelport.compat.Event(device, ...)."""
+    if call is None:
+        if keyword is None:
+            return replace_with(site, site.node, ctx.path("torch.Event"))  # isinstance checks and the like
+        return replace_with(site, site.node, new_func)
+    has_device = bool(call.args) or any(k.arg == keyword for k in call.keywords if keyword)
+    device = None if has_device else ctx.device(site)
+
+    def rewrite(node: cst.BaseExpression) -> cst.BaseExpression:
+        node = node.with_changes(func=parse(new_func))
+        return node if device is None else prepend_args(node, new_arg(device))
+
+    return expr_edit(site, call, rewrite)
+
+
+def _device_module_call(site: Site, ctx: FileContext, call: ast.Call | None, symbol: str, entry: dict) -> Edit | None:
+    """torch.cuda.get_rng_state() -> getattr(torch.get_device_module(DEVICE), "get_rng_state", torch.get_rng_state)()."""
+    if call is None:
+        return None
+    name = symbol.rsplit(".", 1)[1]
+    device = ctx.device(site, typed="{device}" in entry["fallback_call"])
+    fallback = entry["fallback_call"].format(torch=ctx.torch, device=device)
+    quote = site.quote
+    func = f"getattr({ctx.path('torch.get_device_module')}({device}), {quote}{name}{quote}, {fallback})"
+    return expr_edit(site, call, lambda c: c.with_changes(func=parse(func)))

@@ -1,0 +1,391 @@
+"""What the codemods of one file share: how torch is spelled, which device to use, what the module must gain.
+
+The device every rewrite refers to is obtained once per module, in a readable form:
+
+    DEVICE = torch.accelerator.current_accelerator() or torch.device("cpu")
+
+inserted after the imports. Inside a function that already holds a `device` (a
+parameter, or a local assigned before the rewritten line), that `device` is reused.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from accelport.knowledge import VendorProfile
+from accelport.migrate.edits import Edit, Layout
+from accelport.migrate.source import Site, SourceIndex, iter_statements
+
+# Names tried, in order, for the module-level device; the first free (or already ours) wins.
+DEVICE_NAMES = ("DEVICE", "ACCEL_DEVICE", "ACCELPORT_DEVICE")
+COMPAT_MODULE = "accelport.compat"
+_SPACES = re.compile(r"\s+")
+
+
+def canonical_device(torch: str, quote: str = '"') -> str:
+    return f"{torch}.accelerator.current_accelerator() or {torch}.device({quote}cpu{quote})"
+
+
+_SHORT_STRING = re.compile(r"""(?<![\w'"])(?:'[^'"\\\n]{0,40}'|"[^'"\\\n]{0,40}")""")
+
+
+def usual_quote(text: str) -> str:
+    """The quote the file mostly writes short strings with (double when it is a tie)."""
+    singles = doubles = 0
+    for match in _SHORT_STRING.finditer(text, 0, 50_000):
+        if match.group()[0] == "'":
+            singles += 1
+        else:
+            doubles += 1
+    return "'" if singles > doubles else '"'
+
+
+def _normal(text: str) -> str:
+    return _SPACES.sub("", text).replace("'", '"')
+
+
+def detect_layout(source: SourceIndex) -> Layout:
+    """The file's indentation unit (from its first indented block) and line break."""
+    newline = "\n"
+    match = re.search(r"\r\n|\n|\r", source.text)
+    if match:
+        newline = match.group()
+    for node in iter_statements(source.tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+            outer = source.indentation(node.lineno)
+            inner = source.indentation(body[0].lineno)
+            if body[0].lineno != node.lineno and inner.startswith(outer) and len(inner) > len(outer):
+                return Layout(indent_unit=inner[len(outer) :], newline=newline)
+    return Layout(newline=newline)
+
+
+@dataclass
+class FileContext:
+    source: SourceIndex
+    target: VendorProfile | None = None
+    layout: Layout = field(default_factory=Layout)
+    aliases: dict[str, str] = field(default_factory=dict)  # bound name -> qualified name
+    needs_device: bool = False
+    needs_compat: bool = False
+    needs_torch: bool = False
+    module_uses: list[int] = field(default_factory=list)  # top-level statement indexes using the module device
+    # The whole file's parse, when `source.tree` holds only the statements with findings.
+    whole_tree: Callable[[], ast.Module] | None = None
+
+    def __post_init__(self) -> None:
+        self.layout = detect_layout(self.source)
+        self.source.quote = usual_quote(self.source.text)
+        for node in iter_statements(self.source.tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self.aliases[alias.asname] = alias.name
+                    else:
+                        self.aliases.setdefault(alias.name.split(".")[0], alias.name.split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    if alias.name != "*":
+                        self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        self._module_torch = self._module_binding("torch")
+        self.device_name, self._device_defined = self._choose_device_name()
+
+    # ----------------------------------------------------------------- names
+
+    def qualname(self, node: ast.AST) -> str | None:
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id not in self.aliases:
+            return None
+        return ".".join([self.aliases[node.id], *reversed(parts)])
+
+    @property
+    def torch(self) -> str:
+        """How this module spells `torch` (an `import torch` is added when it has none)."""
+        if self._module_torch is None:
+            self.needs_torch = True
+            return "torch"
+        return self._module_torch
+
+    def dist(self) -> str:
+        name = self._module_binding("torch.distributed")
+        return name if name is not None else f"{self.torch}.distributed"
+
+    def compat(self) -> str:
+        self.needs_compat = True
+        return COMPAT_MODULE
+
+    def path(self, qualified: str) -> str:
+        """A `torch.x.y` path spelled with this module's torch name."""
+        if qualified == "torch" or qualified.startswith("torch."):
+            return self.torch + qualified[len("torch") :]
+        return qualified
+
+    def _module_binding(self, qualified: str) -> str | None:
+        """The name a module-level import binds to `qualified` (`import torch as th` -> th)."""
+        found = self._binding(qualified)
+        return found[0] if found else None
+
+    def _binding(self, qualified: str) -> tuple[str, int] | None:
+        """(bound name, index of the top-level statement holding the import) for `qualified`."""
+        for index, stmt in _module_imports(self.source.tree):
+            for alias in stmt.names:
+                if isinstance(stmt, ast.Import):
+                    if alias.asname and alias.name == qualified:
+                        return alias.asname, index
+                    if not alias.asname and alias.name.split(".")[0] == qualified:
+                        return qualified, index
+                elif stmt.module and not stmt.level and f"{stmt.module}.{alias.name}" == qualified:
+                    return alias.asname or alias.name, index
+        return None
+
+    # ----------------------------------------------------------------- the device
+
+    def module_device(self, site: Site | None = None) -> str:
+        """The module-level device name, defined after the imports when it is first needed."""
+        self.needs_device = True
+        self.torch  # noqa: B018 - the definition needs torch
+        if site is not None and site.function is None:
+            top = self._top_level_index(site.node)
+            if top is not None:
+                self.module_uses.append(top)
+        return self.device_name
+
+    def device(self, site: Site, typed: bool = False) -> str:
+        """The device to use at `site`: a `device` the enclosing function already holds, else the module's.
+
+        `typed`: the caller needs a torch.device (it reads `.type`), not a device string.
+        """
+        function = site.function
+        if function is not None:
+            kind = _local_device(function, site)
+            if kind == "typed" or (kind == "untyped" and not typed):
+                return "device"
+        return self.module_device(site)
+
+    def device_type(self, site: Site) -> str:
+        return f"{self.device(site, typed=True)}.type"
+
+    def _choose_device_name(self) -> tuple[str, bool]:
+        for name in DEVICE_NAMES:
+            # A name that never appears in the text is certainly free; otherwise ask the whole file.
+            if re.search(rf"\b{name}\b", self.source.text) is None:
+                return name, False
+            whole = self._whole()
+            if self._defines_our_device(whole, name):
+                return name, True
+            if name not in _bound_names(whole):
+                return name, False
+        return DEVICE_NAMES[-1] + "_", False
+
+    def _whole(self) -> ast.Module:
+        return self.whole_tree() if self.whole_tree is not None else self.source.tree
+
+    def _defines_our_device(self, tree: ast.Module, name: str) -> bool:
+        torch = self._module_torch or "torch"
+        for stmt in tree.body:
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and stmt.targets[0].id == name
+            ):
+                return _normal(self.source.text_of(stmt.value)) == _normal(canonical_device(torch))
+        return False
+
+    def _top_level_index(self, node: ast.AST) -> int | None:
+        chain = [node, *self.source.parent_chain(node)]
+        body = self.source.tree.body
+        for item in chain:
+            for index, stmt in enumerate(body):
+                if stmt is item:
+                    return index
+        return None
+
+    # ----------------------------------------------------------------- module additions
+
+    def insertions(self) -> list[Edit]:
+        """Imports and the device definition the rewrites rely on, as zero-width edits."""
+        if not (self.needs_device and not self._device_defined) and not self.needs_compat and not self.needs_torch:
+            return []
+        nl = self.layout.newline
+        tree = self.source.tree
+        body = tree.body
+        after_index = _last_leading_import(tree)
+        first_use = min(self.module_uses) if self.module_uses else None
+        before_code = first_use is not None and (after_index is None or first_use <= after_index)
+        torch_binding = self._binding("torch") if self._module_torch is not None else None
+        if before_code:
+            offset = self.source.line_starts[_first_line(body[first_use]) - 1]
+            torch_bound_before = torch_binding is not None and torch_binding[1] < first_use
+        elif after_index is not None:
+            offset = self.source.line_span(body[after_index].end_lineno, body[after_index].end_lineno)[1]
+            torch_bound_before = torch_binding is not None and torch_binding[1] <= after_index
+        else:
+            offset = self._top_offset()
+            torch_bound_before = False
+        imports = []
+        if self.needs_torch or (self.needs_device and not self._device_defined and not torch_bound_before):
+            imports.append("import torch")
+        if self.needs_compat and not self._imports_compat():
+            imports.append(f"import {COMPAT_MODULE}")
+        blocks = []
+        if self.needs_device and not self._device_defined:
+            adapter = self._adapter_block()
+            if adapter:
+                blocks.append(adapter)
+            blocks.append(f"{self.device_name} = {canonical_device(self.torch, self.source.quote)}")
+        if not imports and not blocks:
+            return []
+        lines: list[str] = []
+        if before_code:
+            lines += imports + ([""] if imports and blocks else []) + blocks + [""]
+        else:
+            lines += imports
+            for block in blocks:
+                lines += ["", block]
+        text = nl.join("\n".join(lines).split("\n")) + nl
+        if offset == len(self.source.text) and self.source.text and not self.source.text.endswith(("\n", "\r")):
+            text = nl + text
+        return [Edit(offset, offset, "insert", text=text)]
+
+    def _adapter_block(self) -> str:
+        if self.target is None or not self.target.adapter_import:
+            return ""
+        module = self.target.adapter_import
+        unit = self.layout.indent_unit
+        return "\n".join(
+            [
+                f"# {self.target.name} adapter, for torch builds that do not load it by themselves",
+                "try:",
+                f"{unit}import {module}  # noqa: F401",
+                "except ImportError:",
+                f"{unit}pass",
+            ]
+        )
+
+    def _imports_compat(self) -> bool:
+        for _index, stmt in _module_imports(self.source.tree):
+            if isinstance(stmt, ast.Import) and any(a.name == COMPAT_MODULE and not a.asname for a in stmt.names):
+                return True
+        return False
+
+    def _top_offset(self) -> int:
+        """Where to put code in a module without imports: after its docstring or leading comments."""
+        body = self.source.tree.body
+        if body and _is_docstring(body[0]):
+            return self.source.line_span(body[0].end_lineno, body[0].end_lineno)[1]
+        if body:
+            return self.source.line_starts[_first_line(body[0]) - 1]
+        return len(self.source.text)
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    decorators = getattr(stmt, "decorator_list", None)
+    return min([stmt.lineno, *(d.lineno for d in decorators)]) if decorators else stmt.lineno
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
+def _module_imports(tree: ast.Module) -> list[tuple[int, ast.Import | ast.ImportFrom]]:
+    """Module-level imports, also inside top-level if/try blocks, with their top-level statement index."""
+    found = []
+    for index, top in enumerate(tree.body):
+        pending = [top]
+        while pending:
+            stmt = pending.pop(0)
+            if isinstance(stmt, ast.Import | ast.ImportFrom):
+                found.append((index, stmt))
+            elif isinstance(stmt, ast.If | ast.Try):
+                pending.extend(stmt.body)
+                pending.extend(stmt.orelse)
+                pending.extend(getattr(stmt, "finalbody", []))
+                for handler in getattr(stmt, "handlers", []):
+                    pending.extend(handler.body)
+    return found
+
+
+def _holds_import(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Import | ast.ImportFrom):
+        return True
+    if isinstance(stmt, ast.If | ast.Try):
+        return any(isinstance(s, ast.Import | ast.ImportFrom) for s in stmt.body)
+    return False
+
+
+def _last_leading_import(tree: ast.Module) -> int | None:
+    """Index of the last import in the module's leading run of docstring and imports."""
+    last = None
+    for index, stmt in enumerate(tree.body):
+        if index == 0 and _is_docstring(stmt):
+            continue
+        if _holds_import(stmt):
+            last = index
+            continue
+        break
+    return last
+
+
+def _bound_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            names.update(node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
+def _device_valued(node: ast.AST) -> bool:
+    """Does this expression evaluate to a torch.device (not a device string)?"""
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return name in ("device", "current_accelerator")
+    if isinstance(node, ast.Attribute):
+        return node.attr == "device"
+    if isinstance(node, ast.Name):
+        return node.id in DEVICE_NAMES
+    if isinstance(node, ast.IfExp):
+        return _device_valued(node.body) and _device_valued(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return all(_device_valued(v) for v in node.values)
+    return False
+
+
+def _local_device(function: ast.FunctionDef | ast.AsyncFunctionDef, site: Site) -> str | None:
+    """'typed' / 'untyped' when `device` is bound in `function` before the site's statement, else None."""
+    kind = None
+    args = function.args
+    for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+        if arg.arg == "device":
+            annotation = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+            kind = "typed" if annotation.endswith("torch.device") or annotation == "device" else "untyped"
+    chain = [site.node, *site.parents]
+    current = next((s for s in function.body if any(s is c for c in chain)), None)
+    for stmt in function.body:
+        if stmt is current:
+            break
+        target = value = None
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            target, value = stmt.target, stmt.value
+        if isinstance(target, ast.Name) and target.id == "device":
+            kind = "typed" if _device_valued(value) else "untyped"
+    return kind

@@ -1,0 +1,471 @@
+"""Migrate files: inventory's findings drive the codemods; what they cannot fix gets an inline marker.
+
+Per file with findings, three rounds:
+1. rewrite every selected finding whose rule migrate fixes (codemods parse only the spans they edit),
+   and add what the rewrites need (`import torch`, `import accelport.compat`, the module's device);
+2. remove torch.cuda imports the rewrites left unused;
+3. scan the result again with the inventory: every selected finding still there gets a marker
+   `# accelport: APxxxx: <what to do>` on its line (unless one is there already).
+The result must parse, or the file is left alone and reported. Running migrate on its own
+output changes nothing: round 3 sees only acknowledged findings.
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+import logging
+import multiprocessing
+import os
+import re
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from accelport import knowledge
+from accelport.errors import UserError
+from accelport.findings import Finding, SkippedFile
+from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
+from accelport.inventory.buildfiles import SetupScriptScanner
+from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
+from accelport.inventory.engine import PARALLEL_MIN_BYTES, scan_file
+from accelport.inventory.engine import _chunks as chunks_of_equal_bytes
+from accelport.inventory.python import PythonScanner, chunks, code_token_lines, scan_python_text
+from accelport.inventory.python.markers import MARKER_WORD, acknowledge, format_marker
+from accelport.inventory.scanners import all_scanners
+from accelport.migrate import codemods
+from accelport.migrate.codemods.imports import import_edits, unused_import_edits
+from accelport.migrate.context import FileContext
+from accelport.migrate.edits import Edit, LineMap, apply_edits
+from accelport.migrate.model import (
+    ADDED,
+    MARKED,
+    NOT_REWRITTEN,
+    REMOVED,
+    REWRITTEN,
+    Change,
+    FileMigration,
+    MigrationResult,
+    NotPython,
+)
+from accelport.migrate.source import SourceIndex
+
+log = logging.getLogger(__name__)
+_SCANNER = PythonScanner()
+
+_RULE_PREFIX = re.compile(r"AP\d{1,4}")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to migrate: rule-ID prefixes (empty: all rules) and the target vendor key."""
+
+    select: tuple[str, ...] = ()
+    target: str | None = None
+    whole_file: bool = False  # require each whole file to parse, before and after (--write)
+
+    def selects(self, rule_id: str) -> bool:
+        return not self.select or rule_id.startswith(self.select)
+
+
+def parse_select(text: str | Iterable[str] | None) -> tuple[str, ...]:
+    """`AP1101,AP12` -> ('AP1101', 'AP12'); every ID or prefix must name at least one rule."""
+    if not text:
+        return ()
+    parts = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
+    prefixes = []
+    rules = knowledge.rules()
+    for part in (p.strip().upper() for p in parts):
+        if not part:
+            continue
+        if not _RULE_PREFIX.fullmatch(part) or not any(r.startswith(part) for r in rules):
+            raise UserError(f"--select {part}: not a rule ID or ID prefix; `accelport rules` lists them")
+        prefixes.append(part)
+    return tuple(prefixes)
+
+
+@knowledge.derived_cache
+def marker_texts() -> dict[str, str]:
+    return dict(knowledge.read_toml("migrate.toml")["marker"])
+
+
+# --------------------------------------------------------------------------- one file
+
+
+def migrate_source(
+    text: str,
+    path: str = "<source>",
+    *,
+    findings: Sequence[Finding] | None = None,
+    tree: ast.Module | None = None,
+    options: Options = Options(),
+    scanner: FileScanner | None = None,
+    whole_file: bool = False,
+) -> FileMigration:
+    """Migrate one Python file's text.
+
+    `findings` are inventory's for it and `tree` the (partial) parse they came from, both
+    made here when not given; `scanner` is the
+    inventory scanner that claims the file (setup.py has its own). Only the top-level
+    statements that hold findings are parsed, and afterwards only the changed ones are
+    checked again; `whole_file` also requires the whole file, before and after, to parse
+    (what `--write` asks, so it never writes into a file that does not parse).
+    """
+    scanner = scanner or _SCANNER
+    result = FileMigration(path=path, original=text, migrated=text)
+    try:
+        if whole_file:
+            _parse(text, path)
+        if findings is None:
+            findings, tree = _scan(text, path, scanner)
+        if tree is None and findings:
+            tree = partial_tree(text, path, {line for f in findings for line in (f.location.line, f.location.end_line)})
+    except (SyntaxError, ValueError, ScanSkipped) as exc:
+        result.error = f"does not parse as Python ({exc}); fix the syntax or exclude the file"
+        return result
+    if not any(options.selects(f.rule_id) and not f.acknowledged for f in findings):
+        return result
+    source = SourceIndex.from_tree(text, tree)
+    target = knowledge.vendor(options.target) if options.target else None
+    ctx = FileContext(source, target=target, whole_tree=lambda: _parse(text, path))
+    edits = _rewrite_edits(source, ctx, findings, options)
+    edits += ctx.insertions()
+    rewritten, pieces = apply_edits(text, edits, ctx.layout)
+    changes = _rewrite_changes(path, source, edits)
+    line_maps = [LineMap(text, pieces)]
+
+    try:
+        removals = unused_import_edits(text, rewritten, path)
+    except SyntaxError as exc:
+        return _internal_error(result, f"the rewrite did not parse ({exc})")
+    if removals:
+        cleaned, pieces = apply_edits(rewritten, removals, ctx.layout)
+        for edit in removals:
+            if edit.error is None:
+                line = _old_line(line_maps, rewritten.count("\n", 0, edit.start) + 1)
+                changes.append(Change(path, line, REMOVED, None, "import", edit.before.strip(), edit.after.strip(), "no longer used"))
+        line_maps.insert(0, LineMap(rewritten, pieces))
+        rewritten = cleaned
+
+    try:
+        # The rescan parses every rewritten statement: that is the check the rewrite parses.
+        remaining, rescanned = _scan(rewritten, path, scanner, also=_changed_lines(line_maps))
+        marked, marker_changes = _mark(rewritten, path, options, line_maps, remaining, rescanned)
+        if whole_file:
+            _parse(marked, path)
+    except (SyntaxError, ValueError, ScanSkipped) as exc:
+        return _internal_error(result, f"the migrated code did not parse ({exc})")
+    result.migrated = marked
+    result.changes = sorted(changes + marker_changes, key=lambda c: (c.line, c.action != ADDED, c.rule_id or ""))
+    return result
+
+
+def partial_tree(text: str, path: str, lines: set[int]) -> ast.Module:
+    """The module with only the top-level statements holding `lines` (and the imports) parsed.
+
+    Line and column positions are those of `text`. Other statements are blanked, so a
+    large file costs what its relevant statements cost; when the statement boundaries
+    guessed from the text are wrong, the whole file is parsed instead.
+    """
+    split = chunks.split_lines(text)
+    spans, keep = chunks.select(split, lines, chunks.statement_starts(split))
+    if all(keep):
+        return _parse(text, path)
+    try:
+        return _parse(chunks.blanked(split, spans, keep), path)
+    except SyntaxError:
+        return _parse(text, path)
+
+
+def _changed_lines(line_maps: Sequence[LineMap]) -> set[int]:
+    """Lines of the latest text that some round rewrote (line_maps: latest round first)."""
+    changed: set[int] = set()
+    for index, line_map in enumerate(reversed(line_maps)):
+        later = list(reversed(line_maps))[index + 1 :]
+        for line in line_map.changed_lines():
+            for forward in later:
+                line = forward.new_line(line)
+            changed.add(line)
+    return changed
+
+
+def _internal_error(result: FileMigration, what: str) -> FileMigration:
+    log.error("%s: %s", result.path, what)
+    result.error = f"left unchanged: {what}; this is an accelport bug, please report it with the file"
+    return result
+
+
+def _parse(text: str, path: str) -> ast.Module:
+    with warnings.catch_warnings():
+        # Invalid escapes are the user's business (Python 3.11 warns with DeprecationWarning, 3.12 SyntaxWarning).
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(text, filename=path)
+
+
+def _scan(
+    text: str, path: str, scanner: FileScanner | None = None, also: set[int] | None = None
+) -> tuple[list[Finding], ast.Module | None]:
+    """Inventory's findings for `text` (markers acknowledged) and the parse they came from.
+
+    The parse covers the statements with findings; `also` adds lines whose statements must
+    be parsed too (rewritten ones, which may hold no CUDA token any more), so that one
+    parse both rescans a rewritten file and checks what was rewritten.
+    """
+    scanner = scanner or _SCANNER
+    source = SourceFile(path, text.encode("utf-8", "surrogatepass"))
+    if type(scanner) is PythonScanner:
+        wanted = code_token_lines(source.data) | (also or set())
+        findings = scan_python_text(source, source.text, wanted=wanted) if wanted else []
+    else:
+        findings = scanner.scan(source)
+    if MARKER_WORD in source.data:
+        findings = acknowledge(findings, source.lines)
+    return findings, source.tree if isinstance(source.tree, ast.Module) else None
+
+
+def _rewrite_edits(source: SourceIndex, ctx: FileContext, findings: Sequence[Finding], options: Options) -> list[Edit]:
+    registry = codemods.load()
+    edits: list[Edit] = []
+    import_sites = []
+    for finding in findings:
+        if not finding.autofix or finding.acknowledged or not options.selects(finding.rule_id):
+            continue
+        site = source.site(finding)
+        if site is None:
+            continue
+        if isinstance(site.node, ast.alias):
+            import_sites.append(site)
+            continue
+        codemod = registry.get(finding.rule_id)
+        if codemod is None:
+            continue
+        try:
+            edit = codemod(site, ctx)
+        except Exception as exc:  # a codemod bug must not cost the rest of the file
+            log.exception("%s: codemod for %s failed at line %d", source, finding.rule_id, finding.location.line)
+            edit = None
+            del exc
+        if edit is not None:
+            edits.append(edit)
+    edits += import_edits(import_sites, ctx)
+    return edits
+
+
+def _rewrite_changes(path: str, source: SourceIndex, edits: Sequence[Edit]) -> list[Change]:
+    changes = []
+    for edit in edits:
+        line = source.text.count("\n", 0, edit.start) + 1
+        if edit.site is None:
+            if edit.after:
+                for added in edit.after.strip().splitlines():
+                    if added.strip() and not added.startswith((" ", "\t", "#", "try:", "except")):
+                        changes.append(Change(path, line, ADDED, None, added.split("=")[0].strip(), "", added.strip()))
+            continue
+        if edit.error is not None:
+            continue  # round 3 finds the finding again and marks it
+        finding = edit.site.finding
+        changes.append(
+            Change(path, finding.location.line, REWRITTEN, finding.rule_id, finding.symbol, edit.before, edit.after)
+        )
+    return changes
+
+
+def _old_line(line_maps: Sequence[LineMap], line: int) -> int:
+    """A line of the latest text mapped back through each round to the original file."""
+    for line_map in line_maps:
+        line = line_map.old_line(line)
+    return line
+
+
+def _mark(
+    text: str,
+    path: str,
+    options: Options,
+    line_maps: Sequence[LineMap],
+    findings: Sequence[Finding],
+    tree: ast.Module | None,
+) -> tuple[str, list[Change]]:
+    """Add a marker for every selected finding still in `text` that has none.
+
+    A marker goes at the end of the finding's line, unless that line continues (a
+    backslash, or a string running on), where a comment would change the code.
+    """
+    pending: dict[int, list[Finding]] = {}
+    for finding in findings:
+        if finding.acknowledged or not options.selects(finding.rule_id):
+            continue
+        pending.setdefault(finding.location.line, []).append(finding)
+    if not pending:
+        return text, []
+    if tree is None:
+        tree = partial_tree(text, path, set(pending))
+    lines = text.splitlines(keepends=True)
+    index = SourceIndex.from_tree(text, tree)
+    texts = marker_texts()
+    changes = []
+    for number, group in sorted(pending.items()):
+        body = lines[number - 1]
+        content = body.rstrip("\r\n")
+        ending = body[len(content) :]
+        original_line = _old_line(line_maps, number)
+        if content.rstrip().endswith("\\") or index.line_ends_in_string(number):
+            for finding in group:
+                changes.append(
+                    Change(path, original_line, NOT_REWRITTEN if finding.autofix else MARKED, finding.rule_id, finding.symbol,
+                           content.strip(), content.strip(), "the line continues; no marker could be placed")
+                )
+            continue
+        markers = []
+        seen = set()
+        for finding in group:
+            if finding.rule_id in seen:
+                continue
+            seen.add(finding.rule_id)
+            what = texts.get(finding.rule_id, knowledge.rules()[finding.rule_id].summary)
+            if finding.autofix:
+                what = f"not rewritten automatically here; {what}"
+            markers.append(format_marker(finding.rule_id, what))
+        new_content = content.rstrip(" \t") + "  " + "  ".join(markers)
+        lines[number - 1] = new_content + ending
+        for finding in group:
+            action = NOT_REWRITTEN if finding.autofix else MARKED
+            changes.append(Change(path, original_line, action, finding.rule_id, finding.symbol, content.strip(), new_content.strip()))
+    return "".join(lines), changes
+
+
+# --------------------------------------------------------------------------- many files
+
+
+_NOT_REWRITTEN_KINDS = {
+    ".ipynb": "notebooks are not rewritten; migrate their code cells by hand (inventory lists the findings per cell)",
+    ".pyi": "type stubs are not rewritten; update them after migrating the code they describe",
+}
+
+
+def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration | SkippedFile | NotPython | None:
+    """Scan one discovered file and migrate it; None when it has no finding to act on.
+
+    A Python file is parsed once: the same tree serves inventory's scan and the rewrite.
+    Anything unusual (binary, not UTF-8, does not parse) goes through inventory's own
+    `scan_file`, so it is reported exactly as `inventory` reports it. Files that are not
+    Python (C++/CUDA sources, build files, manifests, binaries) are route-B work: they are
+    counted, never rewritten.
+    """
+    scanner = all_scanners()[candidate.scanner]
+    suffix = os.path.splitext(candidate.path)[1].lower()
+    python = isinstance(scanner, PythonScanner | SetupScriptScanner) and suffix in (".py", ".pyw")
+    if python:
+        try:
+            with open(candidate.path, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            return SkippedFile(candidate.display, f"cannot be read ({exc.strerror})")
+        if b"\x00" not in data[:8192]:
+            if not isinstance(scanner, SetupScriptScanner) and (not scanner.wants(data) or not code_token_lines(data)):
+                return None  # no CUDA token outside comments and docstrings
+            try:
+                bom = data.startswith(b"\xef\xbb\xbf")
+                text = data.decode("utf-8-sig" if bom else "utf-8")
+                findings, tree = _scan(text, candidate.display, scanner)
+            except (UnicodeDecodeError, ScanSkipped, ValueError, MemoryError, RecursionError):
+                pass  # let inventory say what is wrong with it
+            else:
+                if not any(options.selects(f.rule_id) and not f.acknowledged for f in findings):
+                    return None
+                migration = migrate_source(
+                    text, candidate.display, findings=findings, tree=tree, options=options, scanner=scanner,
+                    whole_file=options.whole_file,
+                )
+                if migration.error is not None and migration.error.startswith("does not parse"):
+                    return SkippedFile(candidate.display, migration.error)
+                migration.bom = bom
+                migration.disk_path = candidate.path
+                return migration
+    result = scan_file(candidate)
+    if result.skipped is not None:
+        return SkippedFile(result.display, result.skipped) if python or suffix in _NOT_REWRITTEN_KINDS else None
+    pending = [f for f in result.findings if options.selects(f.rule_id) and not f.acknowledged]
+    if not pending:
+        return None
+    if suffix in _NOT_REWRITTEN_KINDS:
+        return SkippedFile(result.display, _NOT_REWRITTEN_KINDS[suffix])
+    if not python:
+        return NotPython(result.display, len(pending))
+    return SkippedFile(result.display, "not UTF-8; migrate writes UTF-8 only, convert the file first")
+
+
+def _migrate_chunk(chunk: Sequence[Candidate], options: Options, keep_text: bool = True) -> list:
+    gc.disable()  # as in inventory: the trees here have no cycles worth collecting
+    try:
+        outcomes = [migrate_candidate(c, options) for c in chunk]
+    finally:
+        gc.enable()
+    if keep_text:
+        return outcomes
+    return [o.without_text() if isinstance(o, FileMigration) else o for o in outcomes]
+
+
+def migrate(
+    paths: Sequence[str],
+    *,
+    options: Options = Options(),
+    excludes: Iterable[str] = (),
+    jobs: int | None = None,
+    respect_gitignore: bool = True,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    on_discovered: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    keep_text: bool = True,
+) -> MigrationResult:
+    """Migrate every file under `paths`; nothing is written (see `writing.write_files`).
+
+    `keep_text=False` drops each file's text from the result (`--check` needs only what
+    would change), which keeps the results shipped back from worker processes small.
+    """
+    if options.target is not None:
+        knowledge.vendor(options.target)
+    knowledge.rules()
+    marker_texts()
+    codemods.load()
+    found = discover(paths, excludes=excludes, respect_gitignore=respect_gitignore, max_file_size=max_file_size)
+    if on_discovered:
+        on_discovered(len(found.files))
+    jobs = jobs or os.cpu_count() or 1
+    files: list[FileMigration] = []
+    not_python: list[NotPython] = []
+    skipped = list(found.skipped)
+    total = sum(f.size for f in found.files)
+    chunks = chunks_of_equal_bytes(found.files, 1 if jobs <= 1 or total < PARALLEL_MIN_BYTES else jobs)
+    if jobs <= 1 or len(found.files) < 2 or total < PARALLEL_MIN_BYTES:
+        batches: Iterable[list] = (_migrate_chunk(chunk, options, keep_text) for chunk in chunks)
+        pool = None
+    else:
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method))
+        batches = pool.map(_migrate_chunk, chunks, [options] * len(chunks), [keep_text] * len(chunks))
+    try:
+        for batch in batches:
+            for outcome in batch:
+                if isinstance(outcome, SkippedFile):
+                    skipped.append(outcome)
+                elif isinstance(outcome, NotPython):
+                    not_python.append(outcome)
+                elif outcome is not None:
+                    files.append(outcome)
+            if on_progress:
+                on_progress(len(batch))
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    scanned = len(found.files) - sum(1 for s in skipped if s not in found.skipped)
+    return MigrationResult(
+        roots=list(paths),
+        files=sorted(files, key=lambda f: f.path),
+        files_scanned=scanned,
+        skipped=sorted(skipped, key=lambda s: s.path),
+        target=options.target,
+        select=options.select,
+        not_python=sorted(not_python, key=lambda n: n.path),
+    )

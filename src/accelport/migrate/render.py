@@ -1,0 +1,105 @@
+"""Render a migration: unified diff, terminal summary, and the change list as JSON and Markdown."""
+
+from __future__ import annotations
+
+import json
+
+from accelport.migrate.model import (
+    ADDED,
+    MARKED,
+    NOT_REWRITTEN,
+    REMOVED,
+    REWRITTEN,
+    MigrationResult,
+)
+from accelport.report.markdown import code, table
+
+_ACTION_WORDS = {
+    REWRITTEN: "rewritten",
+    MARKED: "marked for manual work",
+    NOT_REWRITTEN: "not rewritten (marked)",
+    ADDED: "added",
+    REMOVED: "removed",
+}
+
+
+def render_diff(result: MigrationResult) -> str:
+    return "".join(f.diff() for f in result.files)
+
+
+def render_summary(result: MigrationResult, style=None) -> str:
+    """A few lines per changed file and the totals; `style` colours them (accelport.cli._output.Style)."""
+    style = style or _Plain()
+    lines = []
+    for migration in result.files:
+        if migration.error is not None:
+            lines.append(f"{style.red('error')}  {migration.path}: {migration.error}")
+            continue
+        counts = migration.counts()
+        if not counts:
+            continue
+        parts = [f"{counts[a]} {_ACTION_WORDS[a]}" for a in (REWRITTEN, MARKED, NOT_REWRITTEN, ADDED, REMOVED) if counts[a]]
+        lines.append(f"{style.bold(migration.path)}: {', '.join(parts)}")
+        for change in migration.changes:
+            if change.action in (MARKED, NOT_REWRITTEN):
+                lines.append(f"  {migration.path}:{change.line}: {style.yellow(change.rule_id or '')} {change.symbol}: left for manual work")
+    for skip in result.skipped:
+        lines.append(f"{style.yellow('skipped')}  {skip.path}: {skip.reason}")
+    if result.not_python:
+        names = ", ".join(n.path for n in result.not_python[:5]) + (" ..." if len(result.not_python) > 5 else "")
+        lines.append(
+            f"{len(result.not_python)} non-Python file(s) with CUDA findings are route-B work that migrate does not "
+            f"rewrite (see `accelport inventory`): {names}"
+        )
+    summary = result.summary()
+    lines.append(
+        f"{summary['files_changed']} file(s) to change of {summary['files_with_findings']} with findings "
+        f"({summary['files_scanned']} scanned): {summary['rewritten']} rewritten, {summary['marked']} marked, "
+        f"{summary['added']} added, {summary['removed']} removed"
+        + (f"; {summary['files_left_alone']} file(s) left alone" if summary["files_left_alone"] else "")
+    )
+    return "\n".join(lines) + "\n"
+
+
+class _Plain:
+    def __getattr__(self, _name):
+        return lambda text: text
+
+
+def render_json(result: MigrationResult) -> str:
+    return json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("\r\n", "\n").strip().replace("\n", " ⏎ ")
+
+
+def render_markdown(result: MigrationResult) -> str:
+    """The change list: file, line, rule, before → after."""
+    summary = result.summary()
+    out = [
+        "# accelport migrate: change list",
+        "",
+        f"{summary['files_changed']} file(s) changed of {summary['files_with_findings']} with findings; "
+        f"{summary['rewritten']} rewritten, {summary['marked']} marked for manual work, "
+        f"{summary['added']} added, {summary['removed']} removed.",
+        "",
+    ]
+    for migration in result.files:
+        if migration.error is not None:
+            out += [f"## {migration.path}", "", f"Left unchanged: {migration.error}", ""]
+            continue
+        if not migration.changes:
+            continue
+        rows = [
+            (str(c.line), c.action, c.rule_id or "", c.symbol, code(_cell(c.before)) if c.before else "", code(_cell(c.after)))
+            for c in migration.changes
+        ]
+        headers = ["line", "action", "rule", "symbol", "before", "after"]
+        out += [f"## {migration.path}", "", table(headers, rows, raw_columns=(4, 5)), ""]
+    if result.skipped:
+        out += ["## Skipped", "", table(["file", "reason"], [(s.path, s.reason) for s in result.skipped]), ""]
+    if result.not_python:
+        rows = [(n.path, str(n.findings)) for n in result.not_python]
+        out += ["## Not Python (route B, not rewritten)", "", table(["file", "findings"], rows), ""]
+    return "\n".join(out)

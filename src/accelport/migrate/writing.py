@@ -1,0 +1,92 @@
+"""Writing migrated files: refuse to overwrite uncommitted work, then replace every file atomically."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from contextlib import suppress
+from pathlib import Path
+
+from accelport.errors import UserError
+from accelport.migrate.model import FileMigration
+
+
+def _git_root(path: str) -> str:
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    try:
+        found = subprocess.run(["git", "-C", folder, "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise UserError(f"{path}: git is not installed, so uncommitted work cannot be protected; pass --force") from None
+    if found.returncode != 0:
+        raise UserError(f"{path}: not in a git work tree, so the rewrite could not be undone; commit it to git first or pass --force")
+    return found.stdout.strip()
+
+
+def _status(root: str, paths: Sequence[str], untracked: bool) -> list[str]:
+    mode = "--untracked-files=all" if untracked else "--untracked-files=no"
+    status = subprocess.run(
+        ["git", "-C", root, "status", "--porcelain", mode, "--", *paths], capture_output=True, text=True, check=False
+    )
+    return [os.path.join(root, line[3:].strip().strip('"')) for line in status.stdout.splitlines() if line.strip()]
+
+
+def uncommitted(roots: Sequence[str], targets: Sequence[str]) -> list[str]:
+    """What stands between a write and an easy `git diff` / `git checkout` of it.
+
+    Tracked files under `roots` (the paths given to migrate) with uncommitted changes, and
+    files to be written (`targets`) that git does not track. Raises UserError when a path is
+    not inside a git work tree: then nothing could undo the write.
+    """
+    dirty: set[str] = set()
+    by_root: dict[str, tuple[list[str], list[str]]] = {}
+    for path in roots:
+        by_root.setdefault(_git_root(path), ([], []))[0].append(os.path.abspath(path))
+    for path in targets:
+        by_root.setdefault(_git_root(path), ([], []))[1].append(os.path.abspath(path))
+    for root, (tree_paths, files) in by_root.items():
+        if tree_paths:
+            dirty.update(_status(root, tree_paths, untracked=False))
+        if files:
+            dirty.update(_status(root, files, untracked=True))
+    return sorted(dirty)
+
+
+def _encoded(migration: FileMigration, text: str) -> bytes:
+    data = text.encode("utf-8", "surrogatepass")
+    return b"\xef\xbb\xbf" + data if migration.bom else data
+
+
+def write_files(files: Sequence[FileMigration]) -> list[str]:
+    """Write every changed file: all new contents go to temporary files first, then each is
+    renamed over its original. A failure before the renames leaves every original untouched.
+
+    A symbolic link is followed (the file it points at is rewritten, the link stays), and a
+    file that changed on disk since it was read is not overwritten: UserError, nothing written.
+    """
+    staged: list[tuple[str, str]] = []
+    try:
+        for migration in files:
+            if not migration.changed or migration.disk_path is None:
+                continue
+            target = Path(migration.disk_path).resolve()
+            if target.read_bytes() != _encoded(migration, migration.original):
+                raise UserError(f"{migration.path}: changed on disk since it was read; run migrate again")
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".accelport.tmp", dir=target.parent)
+            staged.append((tmp, str(target)))
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(_encoded(migration, migration.migrated))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, target.stat().st_mode & 0o7777)
+    except BaseException:
+        for tmp, _target in staged:
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+        raise
+    written = []
+    for tmp, target in staged:
+        os.replace(tmp, target)
+        written.append(target)
+    return written

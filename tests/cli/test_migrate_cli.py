@@ -1,0 +1,136 @@
+"""`accelport migrate`: diff, check and write modes, git safety, the change list, selection, targets."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "legacy_cuda_app"
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+}
+
+
+@pytest.fixture
+def app(tmp_path) -> Path:
+    target = tmp_path / "app"
+    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env={**os.environ, **GIT_ENV})
+
+
+@pytest.fixture
+def repo(app) -> Path:
+    git(app, "init", "-q")
+    git(app, "add", "-A")
+    git(app, "commit", "-qm", "legacy")
+    return app
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and ".git" not in p.parts}
+
+
+def test_diff_is_the_default_and_writes_nothing(cli, app):
+    before = snapshot(app)
+    result = cli("migrate", app)
+    assert result.code == 0
+    assert result.out.startswith(f"--- a/{app}/")
+    assert '+DEVICE = torch.accelerator.current_accelerator() or torch.device("cpu")' in result.out
+    assert "-    model = build_model().cuda()" in result.out and "+    model = build_model().to(device)" in result.out
+    assert "rewritten" in result.err
+    assert snapshot(app) == before
+
+
+def test_check_fails_until_written_then_passes(cli, repo, tmp_path):
+    check = cli("migrate", repo, "--check")
+    assert check.code == 1
+    assert "train.py" in check.out and "utils.py" in check.out
+    written = cli("migrate", repo, "--write", "--changes", tmp_path / "changes.json")
+    assert written.code == 0, written.err
+    assert cli("migrate", repo, "--check").code == 0
+
+
+def test_write_records_a_change_list(cli, repo, tmp_path):
+    changes = tmp_path / "out" / "changes.json"
+    assert cli("migrate", repo, "--write", "--changes", changes).code == 0
+    data = json.loads(changes.read_text())
+    assert data["schema"] == "accelport-migrate-changes-1"
+    rows = [c for f in data["files"] for c in f["changes"]]
+    cuda = next(c for c in rows if c["rule_id"] == "AP1004" and c["line"] == 57)
+    assert cuda["action"] == "rewritten" and cuda["path"].endswith("train.py")
+    assert cuda["before"] == "build_model().cuda()" and cuda["after"] == "build_model().to(device)"
+    assert any(c["action"] == "marked" and c["rule_id"] == "AP1403" for c in rows)
+    markdown = changes.with_suffix(".md").read_text()
+    assert "| 57 | rewritten | AP1004 |" in markdown
+
+
+def test_write_refuses_uncommitted_changes_unless_forced(cli, repo, tmp_path):
+    train = repo / "train.py"
+    train.write_text(train.read_text() + "\n# work in progress\n")
+    before = snapshot(repo)
+    refused = cli("migrate", repo, "--write", "--changes", "-")
+    assert refused.code == 2
+    assert "train.py: has uncommitted changes" in refused.err and refused.err.count("\n") == 1
+    assert snapshot(repo) == before
+    forced = cli("migrate", repo, "--write", "--force", "--changes", "-")
+    assert forced.code == 0
+    assert "# work in progress" in train.read_text() and ".to(device)" in train.read_text()
+
+
+def test_write_refuses_a_dirty_tree_even_where_it_writes_nothing(cli, repo):
+    (repo / "README.md").write_text("edited\n")
+    refused = cli("migrate", repo, "--write", "--changes", "-")
+    assert refused.code == 2 and "README.md: has uncommitted changes" in refused.err
+    assert "DEVICE" not in (repo / "train.py").read_text()
+
+
+def test_write_outside_git_needs_force(cli, app):
+    refused = cli("migrate", app, "--write", "--changes", "-")
+    assert refused.code == 2 and "not in a git work tree" in refused.err
+
+
+def test_select_limits_the_rules(cli, app):
+    result = cli("migrate", app / "utils.py", "--select", "AP1101", "--format", "json")
+    data = json.loads(result.out)
+    assert {c["rule_id"] for f in data["files"] for c in f["changes"]} == {"AP1101"}
+    assert data["select"] == ["AP1101"]
+
+
+def test_unknown_rule_or_vendor_is_a_usage_error(cli, app):
+    bad_rule = cli("migrate", app, "--select", "XY12")
+    assert bad_rule.code == 2 and "--select XY12" in bad_rule.err
+    bad_vendor = cli("migrate", app, "--target", "nosuchvendor")
+    assert bad_vendor.code == 2 and "unknown vendor" in bad_vendor.err
+    missing = cli("migrate", app / "nope")
+    assert missing.code == 2 and "no such file" in missing.err
+
+
+def test_target_npu_adds_the_adapter_import(cli, app):
+    result = cli("migrate", app / "train.py", "--target", "npu")
+    assert "+    import torch_npu  # noqa: F401" in result.out
+    assert '"npu"' not in result.out
+
+
+def test_exclude_leaves_files_out(cli, app):
+    result = cli("migrate", app, "--exclude", "utils.py", "--format", "json")
+    paths = [f["path"] for f in json.loads(result.out)["files"]]
+    assert paths and not any(p.endswith("utils.py") for p in paths)
+
+
+def test_pre_commit_hook_runs_check():
+    hooks = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    hook = next(h for h in hooks if h["id"] == "accelport-migrate-check")
+    assert hook["entry"] == "accelport migrate --check"
+    assert hook["language"] == "python" and hook["types"] == ["python"]
