@@ -20,48 +20,59 @@ def _accelport(*args: str) -> list[str]:
     return [sys.executable, "-m", "accelport", *args]
 
 
-def _dump_command(ctx, out: Path, command: list[str], cwd: Path) -> bool:
+def _dump_commands(ctx, runs: list[tuple[Path, list[str], Path]]) -> bool:
+    """Run `accelport dump -o OUT -- COMMAND` for each (OUT, COMMAND, CWD), side by side."""
     env = dict(os.environ, PYTHONHASHSEED="0")
-    done = subprocess.run(
-        _accelport("dump", "-q", "-o", str(out), "--", *command),
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        ctx.say(
-            ctx.style.red(
-                f"  {' '.join(command[:3])} ... failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}"
+    started = []
+    for out, command, cwd in runs:
+        errors = out.with_suffix(".stderr.txt")
+        with errors.open("w") as handle:
+            process = subprocess.Popen(
+                _accelport("dump", "-q", "-o", str(out), "--", *command),
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=handle,
             )
-        )
-        return False
-    return True
+        started.append((process, errors, command))
+    ok = True
+    for process, errors, command in started:
+        if process.wait() != 0:
+            last = errors.read_text().strip().splitlines()[-1:] or [""]
+            ctx.say(
+                ctx.style.red(
+                    f"  {' '.join(command[:4])} ... failed ({process.returncode}): {last[0]}"
+                )
+            )
+            ok = False
+    return ok
 
 
 def _with_commands(ctx, work: Path, migrated: Path) -> tuple[Path, Path, Path] | None:
     """The issue's route: the original under `accelport run`, the migrated copy as it is, and a faulty copy."""
     args = ["train.py", "--steps", "2", "--batch-size", "4"]
     ref, test, fault = work / "original", work / "migrated", work / "fault"
-    ctx.say(
-        "  dumping the original example under `accelport run` (CUDA calls redirected to this machine)"
-    )
-    if not _dump_command(ctx, ref, [*_accelport("run", "--"), sys.executable, *args], ctx.app):
-        return None
-    ctx.say(f"  dumping the migrated copy {migrated}")
-    if not _dump_command(ctx, test, [sys.executable, *args], migrated):
-        return None
     faulty = work / "faulty_app"
-    shutil.copytree(migrated, faulty)
+    shutil.copytree(migrated, faulty, ignore=shutil.ignore_patterns("__pycache__"))
     model = faulty / "model.py"
     text = model.read_text()
     if _FAULT_FROM not in text:
         return None
     model.write_text(text.replace(_FAULT_FROM, _FAULT_TO, 1))
-    ctx.say(f"  planted a fault in a copy: {_FAULT_TO}")
-    if not _dump_command(ctx, fault, [sys.executable, *args], faulty):
-        return None
-    return ref, test, fault
+    ctx.say(
+        "  dumping, side by side: the original example under `accelport run` (CUDA calls redirected),"
+    )
+    ctx.say(f"  the migrated copy {migrated}, and a copy of it with a planted fault: {_FAULT_TO}")
+    runs = [
+        (
+            ref,
+            [*_accelport("run", "--quiet", "--inventory", "-", "--"), sys.executable, *args],
+            ctx.app,
+        ),
+        (test, [sys.executable, *args], migrated),
+        (fault, [sys.executable, *args], faulty),
+    ]
+    return (ref, test, fault) if _dump_commands(ctx, runs) else None
 
 
 def _in_process(ctx, work: Path) -> tuple[Path, Path, Path]:
