@@ -8,8 +8,9 @@ import logging
 import multiprocessing
 import os
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
 from accelport import __version__, knowledge
@@ -123,13 +124,37 @@ def run_scanners(
             if on_progress:
                 on_progress(len(chunk))
         return
-    # fork: workers inherit the loaded knowledge and scanners instead of re-importing them.
+    # This process works too, taking chunks from the far end of the queue while jobs-1
+    # workers take them from the front: one fewer process to start, and the chunks done
+    # here are never pickled. fork: workers inherit the loaded knowledge and scanners.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method)) as pool:
-        for results in pool.map(_scan_chunk, _chunks(files, jobs)):
-            yield from results
-            if on_progress:
-                on_progress(len(results))
+    pending = deque(_chunks(files, jobs))
+    in_flight: set[Future] = set()
+    with ProcessPoolExecutor(max_workers=jobs - 1, mp_context=multiprocessing.get_context(method)) as pool:
+
+        def feed() -> None:
+            while pending and len(in_flight) < 2 * (jobs - 1):
+                in_flight.add(pool.submit(_scan_chunk, pending.popleft()))
+
+        feed()
+        while pending or in_flight:
+            finished = [future for future in in_flight if future.done()]
+            if not finished and pending:
+                chunk = pending.pop()
+                finished_here = _scan_chunk(chunk)
+                yield from finished_here
+                if on_progress:
+                    on_progress(len(finished_here))
+                continue
+            if not finished:
+                finished = list(wait(in_flight, return_when=FIRST_COMPLETED).done)
+            for future in finished:
+                in_flight.discard(future)
+                results = future.result()
+                yield from results
+                if on_progress:
+                    on_progress(len(results))
+            feed()
 
 
 def retarget(findings: list[Finding], target: str) -> list[Finding]:

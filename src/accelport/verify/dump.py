@@ -1,0 +1,1077 @@
+"""Capture what a PyTorch run computes: every ATen op, parameter and input, as statistics or full tensors.
+
+    with accelport.verify.capture("runs/cuda", tensors=False) as cap:
+        for batch in data:
+            train_step(batch)        # optimizer.step() ends a step; or call cap.step()
+
+Ops are seen at the ATen level through a TorchDispatchMode (so in-place,
+functional and fused ops all show up, forward and backward), and attributed to
+modules through global module hooks (forward) and gradient hooks (backward).
+Every record has a stable identity: step, phase, module path, op, call index,
+and the user-code line that issued it.
+
+Statistics are computed where the tensor lives. On the CPU they are read
+directly; on an accelerator each tensor's numbers are stacked into one small
+device tensor and the whole batch is copied to the host once per flush (at the
+end of each step, or every `flush_every` tensors), never with a per-tensor
+`.item()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fnmatch
+import logging
+import math
+import os
+import sys
+import threading
+import weakref
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from accelport.errors import UserError
+from accelport.verify import dumpfile
+
+log = logging.getLogger(__name__)
+
+# Ops whose output holds the same elements as their first input: the output reuses the
+# input's statistics instead of reading the tensor again. The first set also keeps the
+# logical element order, so with full tensors the saved data is shared too.
+_SAME_ORDER_OPS = frozenset(
+    {
+        "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.unsqueeze.default",
+        "aten.squeeze.dim", "aten.squeeze.default", "aten.squeeze.dims", "aten.detach.default",
+        "aten.alias.default", "aten.clone.default", "aten.contiguous.default", "aten.flatten.using_ints",
+        "aten.lift_fresh.default", "aten.view_as.default", "aten._reshape_alias.default",
+    }
+)  # fmt: skip
+_ALIAS_OPS = _SAME_ORDER_OPS | {"aten.t.default", "aten.transpose.int", "aten.permute.default"}
+# Ops that create a tensor without reading one: their output is uninitialised or a constant.
+_FACTORY_PREFIXES = ("aten.empty", "aten.new_empty", "aten.zeros", "aten.ones", "aten.full", "aten.new_zeros",
+                     "aten.new_ones", "aten.new_full", "aten.scalar_tensor", "aten.arange", "aten._efficientzerotensor")  # fmt: skip
+_UNINITIALISED_PREFIXES = ("aten.empty", "aten.new_empty")
+# Dispatcher calls that compute nothing (profiler ranges such as the optimizer's record_function).
+_NOT_NUMERIC = ("profiler.",)
+
+PHASES = ("forward", "backward", "optimizer", "other")
+_HOST_CHUNK = 1 << 16  # elements per statistics sweep on the CPU: 256 KiB of float32 stays in L2
+
+
+def _parse_steps(steps: str | tuple[int, int] | range | None) -> tuple[int, int | None]:
+    if steps is None:
+        return 0, None
+    if isinstance(steps, range):
+        return steps.start, steps.stop - 1
+    if isinstance(steps, tuple):
+        return int(steps[0]), None if steps[1] is None else int(steps[1])
+    text = str(steps).strip()
+    try:
+        if ".." in text:
+            low, high = text.split("..", 1)
+            return int(low or 0), int(high) if high else None
+        return int(text), int(text)
+    except ValueError:
+        raise UserError(f"--steps {text}: not a step range; write N, N..M or N..") from None
+
+
+class _Stats:
+    """Statistics of tensors, computed on their own device; see STAT_FIELDS for the order."""
+
+    def __init__(self, host: bool) -> None:
+        import torch
+
+        self.torch = torch
+        self.host = host  # CPU tensors: read the numbers right away (no device to synchronise)
+        self.pending: list[Any] = []  # device tensors of 8 numbers, waiting for one copy
+        self._buffers: dict[tuple, Any] = {}  # scratch arrays, per thread
+        self._pool: Any = None  # second thread for large tensors
+
+    def compute(self, t: Any) -> list[float] | int | None:
+        """A list of numbers (host) or an index into the pending batch (device); None when not numeric."""
+        torch = self.torch
+        x = t.detach()
+        if x.is_complex() or x.layout != torch.strided or x.device.type == "meta" or x.is_quantized:
+            return None
+        n = x.numel()
+        if n == 0:
+            return [math.nan, math.nan, math.nan, 0.0, math.nan, 0, 0, 0]
+        host = self.host and x.device.type == "cpu"
+        if x.dtype == torch.bool:
+            if host:
+                ones = int(torch.count_nonzero(x))
+                low, high = (1.0 if ones == n else 0.0), (1.0 if ones else 0.0)
+                return [low, high, ones / n, math.sqrt(ones), ones / n, 0, 0, n - ones]
+            x = x.to(torch.uint8)
+        if not x.is_floating_point():
+            x = x.double()
+        elif x.dtype not in (torch.float32, torch.float64):
+            x = x.float()
+        if host:
+            # Statistics do not depend on element order: a transposed or permuted tensor that
+            # fills its memory exactly is read in place, without a copy.
+            flat = _dense_view(x) if not x.is_contiguous() else x.reshape(-1)
+            if flat is None:
+                flat = x.reshape(-1)
+            return self._host(flat, n)
+        return self._device(x.reshape(-1), n)
+
+    def _host(self, flat: Any, n: int) -> list[float]:
+        """One sweep over cache-sized chunks with numpy.
+
+        Many small reductions through torch's thread pool stall whenever the other cores are
+        busy (each parallel region waits for every thread); numpy's reductions on a chunk that
+        stays in cache cost a few microseconds each and never wait. A large tensor is split
+        in two halves swept on two threads (numpy releases the GIL), like torch's own ops.
+        """
+        values = flat.numpy()
+        if n >= 8 * _HOST_CHUNK:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelport-stats")
+            half = (n // 2 // _HOST_CHUNK) * _HOST_CHUNK
+            other = self._pool.submit(self._sweep, values[half:])
+            parts = [self._sweep(values[:half]), other.result()]
+        else:
+            parts = [self._sweep(values)]
+        lo = min(p[0] for p in parts)
+        hi = max(p[1] for p in parts)
+        total, square, absolute = (sum(p[i] for p in parts) for i in (2, 3, 4))
+        nan, inf, zero, finite = (sum(p[i] for p in parts) for i in (5, 6, 7, 8))
+        if finite == 0:
+            return [math.nan, math.nan, math.nan, math.nan, math.nan, nan, inf, 0]
+        return [lo, hi, total / finite, math.sqrt(square), absolute / finite, nan, inf, zero]
+
+    def _sweep(self, values: Any) -> tuple:
+        """(min, max, sum, sum of squares, sum of |x|, nan, inf, zeros, finite count) of a 1-D array."""
+        import numpy as np
+
+        n = values.shape[0]
+        chunk = _HOST_CHUNK
+        scratch = self._scratch(values.dtype, min(n, chunk))
+        ones = self._ones(values.dtype, min(n, chunk))
+        flags = self._flags(min(n, chunk))
+        lo, hi = math.inf, -math.inf
+        total = square = absolute = 0.0
+        zero = nan = inf = finite = 0
+        for begin in range(0, n, chunk):
+            part = values[begin : begin + chunk]
+            m = part.shape[0]
+            with np.errstate(over="ignore", invalid="ignore"):
+                part_sum = float(np.dot(part, ones[:m]))
+            if not math.isfinite(part_sum):
+                # Rare: NaN/Inf in this chunk. Count them and keep them out of the statistics.
+                bad = ~np.isfinite(part)
+                nan += int(np.count_nonzero(np.isnan(part)))
+                inf += int(np.count_nonzero(np.isinf(part)))
+                part = part[~bad]
+                m = part.shape[0]
+                if m == 0:
+                    continue
+                part_sum = float(part.sum(dtype=np.float64))
+                if not math.isfinite(part_sum):  # finite elements whose float32 sum overflowed
+                    part = part.astype(np.float64)
+                part_scratch = np.abs(part)
+            else:
+                part_scratch = np.abs(part, out=scratch[:m])
+            finite += m
+            part_lo, part_hi = float(part.min()), float(part.max())
+            lo, hi = min(lo, part_lo), max(hi, part_hi)
+            total += part_sum
+            with np.errstate(over="ignore", invalid="ignore"):
+                part_square = float(np.dot(part, part))
+                part_abs = (
+                    float(np.dot(part_scratch, ones[:m]))
+                    if part_scratch.dtype == ones.dtype
+                    else float(part_scratch.sum())
+                )
+            if not (math.isfinite(part_square) and math.isfinite(part_abs)):
+                # Finite values whose squares overflow float32 (masks filled with finfo.max).
+                wide = part.astype(np.float64)
+                part_square, part_abs = float(np.dot(wide, wide)), float(np.abs(wide).sum())
+            square += part_square
+            absolute += part_abs
+            if part_lo <= 0.0 <= part_hi:  # a chunk of one sign has no zeros to count
+                zero += int(np.count_nonzero(np.equal(part, 0, out=flags[:m])))
+        return lo, hi, total, square, absolute, nan, inf, zero, finite
+
+    def _scratch(self, dtype: Any, size: int) -> Any:
+        import numpy as np
+
+        key = ("scratch", dtype.str, threading.get_ident())
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.shape[0] < size:
+            buffer = self._buffers[key] = np.empty(size, dtype)
+        return buffer
+
+    def _flags(self, size: int) -> Any:
+        import numpy as np
+
+        key = ("flags", "bool", threading.get_ident())
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.shape[0] < size:
+            buffer = self._buffers[key] = np.empty(size, bool)
+        return buffer
+
+    def _ones(self, dtype: Any, size: int) -> Any:
+        import numpy as np
+
+        buffer = self._buffers.get(("ones", dtype.str))
+        if buffer is None or buffer.shape[0] < size:
+            buffer = self._buffers[("ones", dtype.str)] = np.ones(size, dtype)
+        return buffer
+
+    def _device(self, flat: Any, n: int) -> int:
+        torch = self.torch
+        finite = flat.isfinite()
+        count = finite.sum()
+        clean = torch.where(finite, flat, 0.0)
+        big = torch.finfo(flat.dtype).max
+        lo = torch.where(finite, flat, big).amin()
+        hi = torch.where(finite, flat, -big).amax()
+        total = clean.sum(dtype=torch.float64)
+        denom = count.clamp(min=1).double()
+        vector = torch.stack(
+            [
+                lo.double(),
+                hi.double(),
+                total / denom,
+                torch.linalg.vector_norm(clean, dtype=torch.float64),
+                clean.abs().sum(dtype=torch.float64) / denom,
+                flat.isnan().sum().double(),
+                flat.isinf().sum().double(),
+                (count - torch.count_nonzero(clean)).double(),
+            ]
+        )
+        self.pending.append(vector)
+        return len(self.pending) - 1
+
+    def resolve(self) -> list[list[float]]:
+        """Copy every pending device vector to the host: one transfer per device."""
+        by_device: dict[Any, list[int]] = {}
+        for index, vector in enumerate(self.pending):
+            by_device.setdefault(vector.device, []).append(index)
+        rows: list[list[float]] = [[] for _ in self.pending]
+        for indices in by_device.values():
+            stacked = self.torch.stack([self.pending[i] for i in indices]).to("cpu").tolist()
+            for i, row in zip(indices, stacked, strict=True):
+                rows[i] = row
+        self.pending = []
+        return rows
+
+
+class _Entry:
+    """One tensor as recorded: dtype, shape, statistics, where its data was saved, who produced it."""
+
+    __slots__ = ("data", "dtype", "shape", "src", "stats", "uninitialised")
+
+    def __init__(self, dtype: str, shape: list[int], stats: Any, src: int | None) -> None:
+        self.uninitialised = False
+        self.dtype = dtype
+        self.shape = shape
+        self.stats = stats  # list of numbers, index into the device batch, or None (not numeric, or uninitialised)
+        self.src = src  # seq of the record whose output this is
+        self.data: dict[str, Any] | None = None  # {"file", "start", "nbytes"} with full tensors
+
+
+class Capture:
+    """An active dump; use through `capture(...)`."""
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        tensors: bool = False,
+        steps: str | tuple[int, int] | range | None = None,
+        modules: Sequence[str] = (),
+        ops: Sequence[str] = (),
+        tensor_modules: Sequence[str] = (),
+        tensor_ops: Sequence[str] = (),
+        phases: Iterable[str] = ("forward", "backward", "other"),
+        checksums: bool = False,
+        param_checksums: bool = True,
+        step_on: str = "optimizer",
+        flush_every: int = 1024,
+        stats_on_host: bool = True,
+        lazy: bool = False,
+    ) -> None:
+        self.folder = Path(run_dir)
+        self.tensors = tensors
+        self.first_step, self.last_step = _parse_steps(steps)
+        self.module_filters = tuple(modules)
+        self.op_filters = tuple(ops)
+        self.tensor_module_filters = tuple(tensor_modules)
+        self.tensor_op_filters = tuple(tensor_ops)
+        self.phases = frozenset(phases)
+        unknown = self.phases - set(PHASES)
+        if unknown:
+            raise UserError(
+                f"--phases: unknown phase {sorted(unknown)[0]!r}; choose from {', '.join(PHASES)}"
+            )
+        if step_on not in ("optimizer", "forward", "manual"):
+            raise UserError(f"--step-on {step_on}: choose optimizer, forward or manual")
+        self.checksums = checksums
+        self.param_checksums = param_checksums
+        self.step_on = step_on
+        self.flush_every = max(1, flush_every)
+        self.stats_on_host = stats_on_host
+        self.lazy = lazy  # create the folder at the first record (used by the CLI wrapper)
+        self.current_step = 0
+        self._pid = os.getpid()
+        self._opened = False
+        self._closed = False
+        self._manifest: dumpfile.ManifestWriter | None = None
+        self._store: dumpfile.TensorStore | None = None
+        self._seq = 0
+        self._records: list[dict[str, Any]] = []  # waiting for device statistics / the next flush
+        self._waiting_tensors = 0
+        self._cache: dict[int, tuple[Any, int, _Entry]] = {}
+        self._calls: dict[tuple[str, str, str], int] = {}
+        self._module_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._param_names: dict[int, tuple[str, str]] = {}
+        self._entered: set[int] = set()  # modules whose parameters were recorded this step
+        self._forward_stack: list[str] = []
+        self._backward_active: list[str] = []
+        self._call_sites: dict[str, str] = {}  # module path -> line that called it
+        self._in_optimizer = 0
+        self._grad_hooks: list[Any] = []
+        self._handles: list[Any] = []
+        self._mode: Any = None
+        self._frame_cache: dict[Any, bool] = {}
+        self._op_names: dict[Any, str] = {}
+        self._stats: _Stats | None = None
+        self._library_roots: tuple[str, ...] = ()
+        self._stdlib = ""
+        self._amp_recorded = -1
+        self._busy = False  # True while accelport itself runs torch ops (statistics, RNG state)
+        self.records_written = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Capture:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        try:
+            import torch
+            from torch.utils._python_dispatch import TorchDispatchMode
+        except ImportError:
+            from accelport.errors import MissingDependency
+
+            raise MissingDependency("torch", "torch", "accelport dump") from None
+        self._torch = torch
+        self._stats = _Stats(self.stats_on_host)
+        self._stdlib = str(Path(os.__file__).parent.resolve()) + os.sep
+        self._library_roots = (
+            str(Path(torch.__file__).parent.resolve()) + os.sep,
+            str(Path(__file__).parents[1].resolve()) + os.sep,
+            self._stdlib,
+        )
+        if not self.lazy:
+            self._open()
+        capture = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return capture._on_op(func, args, kwargs or {})
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+        from torch.nn.modules import module as nn_module
+
+        self._handles.append(nn_module.register_module_forward_pre_hook(self._on_module_enter))
+        self._handles.append(
+            nn_module.register_module_forward_hook(self._on_module_exit, always_call=True)
+        )
+        from torch.optim import optimizer as optim
+
+        self._handles.append(optim.register_optimizer_step_pre_hook(self._on_optimizer_pre))
+        self._handles.append(optim.register_optimizer_step_post_hook(self._on_optimizer_post))
+
+    def close(self) -> None:
+        """Flush everything, write the end record and stop capturing."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._mode is not None:
+            try:
+                self._mode.__exit__(None, None, None)
+            except (
+                RuntimeError,
+                IndexError,
+                AssertionError,
+            ):  # the mode stack was left inconsistent by the user
+                log.warning("dump: dispatch mode was not on top of the stack at close")
+        for handle in self._handles + self._grad_hooks:
+            handle.remove()
+        self._handles = []
+        self._grad_hooks = []
+        if self._stats is not None and self._stats._pool is not None:
+            self._stats._pool.shutdown()
+        if os.getpid() != self._pid or not self._opened:
+            return
+        self._flush()
+        assert self._manifest is not None
+        # records: lines between the header and this one, so a reader can tell a complete dump.
+        self._manifest.write(
+            {
+                "k": "end",
+                "records": self._manifest.records - 1,
+                "steps": self.current_step + 1,
+                "closed": _now(),
+            }
+        )
+        if self._store is not None:
+            self._store.close()
+        self._manifest.close()
+
+    def step(self) -> None:
+        """End the current step: flush its records and start numbering the next one."""
+        if os.getpid() != self._pid:
+            return
+        if self._opened:
+            self._flush()
+            if self._store is not None:
+                self._store.finish_step()
+        self.current_step += 1
+        self._calls.clear()
+        self._entered.clear()
+        self._cache.clear()
+        for handle in self._grad_hooks:
+            handle.remove()
+        self._grad_hooks = []
+        self._backward_active = []
+
+    # -- opening and writing -----------------------------------------------------------------
+
+    def _open(self) -> None:
+        if self._opened:
+            return
+        self._opened = True
+        folder = self.folder
+        if folder.exists() and any(p.is_file() for p in folder.iterdir()):
+            raise UserError(f"{folder}: folder is not empty; dump into a new folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        self._manifest = dumpfile.ManifestWriter(folder)
+        if self.tensors:
+            self._store = dumpfile.TensorStore(folder)
+        self._manifest.write(self._header())
+        self._manifest.flush()
+
+    def _header(self) -> dict[str, Any]:
+        torch = self._torch
+        from accelport.runtime.environment import describe_machine
+
+        determinism = {
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "cuda_matmul_allow_tf32": bool(
+                getattr(torch.backends.cuda.matmul, "allow_tf32", False)
+            ),
+        }
+        env_vars = {
+            k: v
+            for k, v in os.environ.items()
+            if k
+            in (
+                "CUBLAS_WORKSPACE_CONFIG",
+                "PYTHONHASHSEED",
+                "OMP_NUM_THREADS",
+                "RANK",
+                "WORLD_SIZE",
+                "LOCAL_RANK",
+            )
+            or k.endswith("_VISIBLE_DEVICES")
+        }
+        return {
+            "k": "header",
+            "format": dumpfile.FORMAT,
+            "version": dumpfile.VERSION,
+            "created": _now(),
+            "mode": "tensors" if self.tensors else "statistics",
+            "stat_fields": list(dumpfile.STAT_FIELDS),
+            "checksums": self.checksums,
+            "steps": [self.first_step, self.last_step],
+            "phases": sorted(self.phases),
+            "filters": {
+                "modules": list(self.module_filters),
+                "ops": list(self.op_filters),
+                "tensor_modules": list(self.tensor_module_filters),
+                "tensor_ops": list(self.tensor_op_filters),
+            },
+            "argv": list(sys.argv),
+            "pid": os.getpid(),
+            "machine": describe_machine(),
+            "dtype_policy": {"default_dtype": str(torch.get_default_dtype()).replace("torch.", "")},
+            "determinism": determinism,
+            "seeds": {"torch_initial_seed": torch.initial_seed()},
+            "env": env_vars,
+        }
+
+    def _emit(self, record: dict[str, Any], tensor_count: int) -> None:
+        self._records.append(record)
+        self._waiting_tensors += tensor_count
+        if self._waiting_tensors >= self.flush_every:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._opened or self._manifest is None:
+            return
+        assert self._stats is not None
+        resolved = self._stats.resolve()
+        for record in self._records:
+            for key in ("in", "out"):
+                for tensor in record.get(key, ()):
+                    stats = tensor.get("stats")
+                    if isinstance(stats, int):
+                        stats = resolved[stats]
+                    if stats is not None:
+                        tensor["stats"] = [dumpfile.clean_float(float(v)) for v in stats]
+            self._manifest.write(record)
+        self.records_written += len(self._records)
+        self._records = []
+        self._waiting_tensors = 0
+        if self._store is not None:
+            self._store.flush()
+        self._manifest.flush()
+
+    # -- what is being recorded now ----------------------------------------------------------
+
+    def _active(self) -> bool:
+        if self._closed or os.getpid() != self._pid:
+            return False
+        return self.current_step >= self.first_step and (
+            self.last_step is None or self.current_step <= self.last_step
+        )
+
+    def _phase(self) -> str:
+        if self._torch._C._current_graph_task_id() != -1:
+            return "backward"
+        if self._in_optimizer:
+            return "optimizer"
+        if self._forward_stack or self._torch.is_grad_enabled():
+            return "forward"
+        return "other"
+
+    def _module(self, phase: str) -> str:
+        if phase == "backward":
+            return self._backward_active[-1] if self._backward_active else ""
+        return self._forward_stack[-1] if self._forward_stack else ""
+
+    def _wanted(self, module: str, op: str) -> bool:
+        if self.module_filters and not any(
+            fnmatch.fnmatchcase(module, p) for p in self.module_filters
+        ):
+            return False
+        return not (
+            self.op_filters and not any(fnmatch.fnmatchcase(op, p) for p in self.op_filters)
+        )
+
+    def _save_tensors_of(self, module: str, op: str) -> bool:
+        if not self.tensors:
+            return False
+        if self.tensor_module_filters and not any(
+            fnmatch.fnmatchcase(module, p) for p in self.tensor_module_filters
+        ):
+            return False
+        return not (
+            self.tensor_op_filters
+            and not any(fnmatch.fnmatchcase(op, p) for p in self.tensor_op_filters)
+        )
+
+    def _user_line(self) -> str | None:
+        """file:line of the innermost frame outside torch, accelport and the standard library."""
+        frame = sys._getframe(2)
+        cache = self._frame_cache
+        while frame is not None:
+            code = frame.f_code
+            library = cache.get(code)
+            if library is None:
+                filename = code.co_filename
+                path = os.path.abspath(filename)
+                library = filename.startswith("<") or (
+                    path.startswith(self._library_roots)
+                    and not (path.startswith(self._stdlib) and "-packages" in path)
+                )
+                cache[code] = library
+            if not library:
+                return f"{_short_path(code.co_filename)}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+
+    def _call_index(self, phase: str, module: str, op: str) -> int:
+        key = (phase, module, op)
+        index = self._calls.get(key, 0)
+        self._calls[key] = index + 1
+        return index
+
+    # -- tensors -----------------------------------------------------------------------------
+
+    def _entry(
+        self,
+        t: Any,
+        src: int | None = None,
+        fresh: bool = False,
+        alias_of: _Entry | None = None,
+        same_order: bool = False,
+    ) -> _Entry:
+        key = id(t)
+        version = t._version
+        if not fresh:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0]() is t and hit[1] == version:
+                return hit[2]
+        dtype = str(t.dtype).replace("torch.", "")
+        shape = list(t.shape)
+        if (
+            alias_of is not None
+            and alias_of.stats is not None
+            and t.numel() == _numel(alias_of.shape)
+        ):
+            entry = _Entry(dtype, shape, alias_of.stats, src)
+            if same_order:
+                entry.data = alias_of.data
+        else:
+            assert self._stats is not None
+            entry = _Entry(dtype, shape, self._stats.compute(t), src)
+        try:
+            ref = weakref.ref(t, lambda _r, k=key, cache=self._cache: cache.pop(k, None))
+        except TypeError:
+            return entry
+        self._cache[key] = (ref, version, entry)
+        return entry
+
+    def _describe(
+        self, entry: _Entry, t: Any, save: bool, step: int, key: str, crc: bool = False
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {"dtype": entry.dtype, "shape": entry.shape, "stats": entry.stats}
+        if entry.src is not None:
+            out["src"] = entry.src
+        if entry.uninitialised:
+            out["uninitialised"] = True
+        info = entry.data if entry.data is not None else {}
+        need_crc = (self.checksums or crc) and "crc32" not in info
+        need_file = save and self._store is not None and "file" not in info
+        if (need_crc or need_file) and entry.dtype in dumpfile.DTYPES:
+            data = _host_bytes(t)
+            info = dict(info)
+            if need_crc:
+                info["crc32"] = zlib.crc32(data)
+            if need_file:
+                assert self._store is not None
+                file, start, nbytes = self._store.add(step, key, entry.dtype, entry.shape, data)
+                info.update({"file": file, "start": start, "nbytes": nbytes})
+            entry.data = info
+        if entry.data:
+            out.update(entry.data)
+        return out
+
+    # -- hooks -------------------------------------------------------------------------------
+
+    def _on_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        if self._busy or not self._active():
+            return func(*args, **kwargs)
+        phase = self._phase()
+        op = self._op_names.get(func)
+        if op is None:
+            op = self._op_names[func] = str(func)
+        module = self._module(phase)
+        if phase not in self.phases or op.startswith(_NOT_NUMERIC) or not self._wanted(module, op):
+            return func(*args, **kwargs)
+        self._busy = True
+        try:
+            return self._record_op(func, args, kwargs, phase, op, module)
+        finally:
+            self._busy = False
+
+    def _record_op(
+        self, func: Any, args: tuple, kwargs: dict, phase: str, op: str, module: str
+    ) -> Any:
+        self._open()
+        save = self._save_tensors_of(module, op)
+        inputs = _tensors_in(args, kwargs)
+        in_entries = [(t, self._entry(t)) for t in inputs]
+        # In-place ops change their inputs: describe (and save) them before the op runs.
+        seq = self._seq
+        self._seq += 1
+        step = self.current_step
+        in_desc = [
+            self._describe(e, t, save, step, f"{seq}.in.{i}") for i, (t, e) in enumerate(in_entries)
+        ]
+        result = func(*args, **kwargs)
+        outputs = _tensors_out(result)
+        factory = op.startswith(_FACTORY_PREFIXES)
+        alias = in_entries[0][1] if op in _ALIAS_OPS and in_entries else None
+        if op == "aten.expand.default" and in_entries and isinstance(in_entries[0][1].stats, list):
+            alias = _replicated(in_entries[0][1], outputs)
+        out_desc = []
+        for i, t in enumerate(outputs):
+            if factory and op.startswith(_UNINITIALISED_PREFIXES):
+                entry = _Entry(str(t.dtype).replace("torch.", ""), list(t.shape), None, seq)
+                entry.uninitialised = True
+                desc: dict[str, Any] = {
+                    "dtype": entry.dtype,
+                    "shape": entry.shape,
+                    "stats": None,
+                    "uninitialised": True,
+                }
+                with contextlib.suppress(TypeError):
+                    self._cache[id(t)] = (weakref.ref(t), t._version, entry)
+            else:
+                entry = self._entry(
+                    t, src=seq, fresh=True, alias_of=alias, same_order=op in _SAME_ORDER_OPS
+                )
+                desc = self._describe(entry, t, save, step, f"{seq}.out.{i}")
+            out_desc.append(desc)
+        line = self._user_line() if phase != "backward" else self._call_sites.get(module)
+        record = self._identity("op", seq, step, phase, op, module, line)
+        record.update({"args": _describe_args(args, kwargs), "in": in_desc, "out": out_desc})
+        if phase == "backward":
+            node = self._torch._C._current_autograd_node()
+            if node is not None:
+                record["node"] = node.name()
+        self._emit(record, len(in_desc) + len(out_desc))
+        return result
+
+    def _identity(
+        self, kind: str, seq: int, step: int, phase: str, op: str, module: str, line: str | None
+    ) -> dict[str, Any]:
+        """What makes a record findable in both runs: step, phase, module, op, call index, source line."""
+        return {
+            "k": kind,
+            "seq": seq,
+            "step": step,
+            "phase": phase,
+            "op": op,
+            "module": module,
+            "call": self._call_index(phase, module, op),
+            "line": line,
+        }
+
+    def _leaf_record(self, kind: str, module: str, name: str, tensor: Any, phase: str) -> None:
+        """A parameter, gradient or model input: checked before any op that uses it."""
+        if phase not in self.phases and kind != "param":
+            return
+        op = f"{kind}:{name}"
+        if not self._wanted(module, op):
+            return
+        self._open()
+        seq = self._seq
+        self._seq += 1
+        step = self.current_step
+        entry = self._entry(tensor, src=seq, fresh=True)
+        save = self._save_tensors_of(module, op)
+        record = self._identity(kind, seq, step, phase, op, module, self._call_sites.get(module))
+        # Parameters at the first step and model inputs carry a CRC-32: the two runs must
+        # start from the same bits, and a checksum proves they did (or did not).
+        crc = self.param_checksums and (kind == "input" or step == 0)
+        record["out"] = [self._describe(entry, tensor, save, step, f"{seq}.out.0", crc=crc)]
+        self._emit(record, 1)
+
+    def _name_of(self, mod: Any) -> str:
+        name = self._module_names.get(mod)
+        if name is not None:
+            return name
+        if self._forward_stack:
+            # A module the root did not register (created on the fly): name it under its caller.
+            name = f"{self._forward_stack[-1]}.<{type(mod).__name__}>"
+        else:
+            root = type(mod).__name__
+            for child_name, child in mod.named_modules(remove_duplicate=False):
+                self._module_names.setdefault(child, f"{root}.{child_name}" if child_name else root)
+            for param_name, param in mod.named_parameters(remove_duplicate=False):
+                owner, _, leaf = param_name.rpartition(".")
+                self._param_names.setdefault(
+                    id(param), (f"{root}.{owner}" if owner else root, leaf)
+                )
+            name = self._module_names.get(mod, root)
+        self._module_names[mod] = name
+        return name
+
+    def _on_module_enter(self, mod: Any, args: tuple) -> None:
+        if self._busy or not self._active():
+            return
+        self._busy = True
+        try:
+            self._module_enter(mod, args)
+        finally:
+            self._busy = False
+
+    def _module_enter(self, mod: Any, args: tuple) -> None:
+        is_root = not self._forward_stack
+        name = self._name_of(mod)
+        if is_root and self.step_on == "forward" and self._seq and id(mod) in self._entered:
+            self.step()
+            if not self._active():
+                return
+        if name not in self._call_sites:
+            self._call_sites[name] = self._user_line() or ""
+        self._forward_stack.append(name)
+        if self._amp_recorded != self.current_step:
+            self._amp_recorded = self.current_step
+            self._record_step_start()
+        if id(mod) not in self._entered:
+            self._entered.add(id(mod))
+            for pname, param in mod.named_parameters(recurse=False):
+                self._leaf_record("param", name, pname, param, "forward")
+            if is_root:
+                for index, tensor in enumerate(_tensors_in(args, {})):
+                    self._leaf_record("input", name, str(index), tensor, "forward")
+        if self._torch.is_grad_enabled():
+            tensors = [t for t in _tensors_in(args, {}) if t.requires_grad]
+            if tensors:
+                self._grad_hooks.append(
+                    self._torch.autograd.graph.register_multi_grad_hook(
+                        tensors, lambda _g, n=name: self._leave_backward(n)
+                    )
+                )
+
+    def _on_module_exit(self, mod: Any, args: tuple, output: Any) -> None:
+        if self._busy or not self._forward_stack or os.getpid() != self._pid:
+            return
+        name = self._forward_stack.pop()
+        if not self._active() or not self._torch.is_grad_enabled():
+            return
+        tensors = [t for t in _tensors_out(output) if t.requires_grad]
+        if tensors:
+            self._grad_hooks.append(
+                self._torch.autograd.graph.register_multi_grad_hook(
+                    tensors, lambda _g, n=name: self._enter_backward(n)
+                )
+            )
+
+    def _enter_backward(self, name: str) -> None:
+        self._backward_active.append(name)
+        # Hooks of nested modules sharing an output tensor fire in any order: keep the
+        # deepest module last, since that is the one whose backward runs first.
+        self._backward_active.sort(key=lambda n: n.count("."))
+
+    def _leave_backward(self, name: str) -> None:
+        for i in range(len(self._backward_active) - 1, -1, -1):
+            if self._backward_active[i] == name:
+                del self._backward_active[i]
+                break
+
+    def _record_step_start(self) -> None:
+        torch = self._torch
+        amp = {}
+        for device in ("cpu", "cuda", "xpu", "npu", "mlu", "musa", "hpu"):
+            try:
+                if torch.is_autocast_enabled(device):
+                    amp[device] = str(torch.get_autocast_dtype(device)).replace("torch.", "")
+            except (RuntimeError, AttributeError, TypeError):
+                continue
+        self._open()
+        self._emit(
+            {"k": "step", "step": self.current_step, "autocast": amp, "rng_crc32": _rng_crc(torch)},
+            0,
+        )
+
+    def _on_optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._in_optimizer += 1
+        if self._busy or not self._active() or "optimizer" not in self.phases:
+            return
+        self._busy = True
+        try:
+            self._record_grads(optimizer)
+        finally:
+            self._busy = False
+
+    def _record_grads(self, optimizer: Any) -> None:
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                module, name = self._param_names.get(id(param), ("", f"param{id(param):x}"))
+                self._leaf_record("grad", module, name, param.grad, "optimizer")
+
+    def _on_optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._in_optimizer = max(0, self._in_optimizer - 1)
+        if self.step_on == "optimizer" and os.getpid() == self._pid:
+            self.step()
+
+
+def capture(run_dir: str | os.PathLike[str], **options: Any) -> Capture:
+    """Record every op, parameter and input of the code run inside the `with` block into `run_dir`.
+
+    Options: tensors (save full tensors), steps ("N..M"), modules / ops (glob filters on what is
+    recorded), tensor_modules / tensor_ops (globs on which records keep full tensors), phases,
+    checksums (CRC-32 of every tensor), step_on ("optimizer", "forward" or "manual").
+    """
+    return Capture(run_dir, **options)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _short_path(filename: str) -> str:
+    cwd = os.getcwd() + os.sep
+    return filename[len(cwd) :] if filename.startswith(cwd) else filename
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _replicated(source: _Entry, outputs: list[Any]) -> _Entry | None:
+    """Statistics of an expand: every element of the input repeated the same number of times."""
+    if len(outputs) != 1 or not source.stats:
+        return None
+    times = outputs[0].numel() // max(1, _numel(source.shape))
+    lo, hi, mean, l2, abs_mean, nan, inf, zero = source.stats
+    stats = [lo, hi, mean, l2 * math.sqrt(times), abs_mean, nan * times, inf * times, zero * times]
+    return _Entry(source.dtype, list(outputs[0].shape), stats, None)
+
+
+def _dense_view(x: Any) -> Any:
+    """A 1-D view of the memory of `x` when its elements fill it exactly (any dimension order)."""
+    dims = sorted(
+        (stride, size) for stride, size in zip(x.stride(), x.shape, strict=True) if size != 1
+    )
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return None
+        expected *= size
+    return x.as_strided((x.numel(),), (1,), x.storage_offset())
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _tensors_in(args: tuple, kwargs: dict) -> list[Any]:
+    import torch
+
+    found: list[Any] = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, list | tuple):
+            found.extend(v for v in value if isinstance(v, torch.Tensor))
+    return found
+
+
+def _tensors_out(result: Any) -> list[Any]:
+    import torch
+
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, list | tuple):
+        found: list[Any] = []
+        for value in result:
+            if isinstance(value, torch.Tensor):
+                found.append(value)
+            elif isinstance(value, list | tuple):
+                found.extend(v for v in value if isinstance(v, torch.Tensor))
+        return found
+    return []
+
+
+def _describe_args(args: tuple, kwargs: dict) -> dict[str, Any]:
+    """Non-tensor arguments as JSON (tensors become {"t": index}), enough to replay the op."""
+    counter = [0]
+
+    def conv(value: Any) -> Any:
+        if _is_tensor(value):
+            counter[0] += 1
+            return {"t": counter[0] - 1}
+        if value is None or isinstance(value, bool | int | str):
+            return value
+        if isinstance(value, float):
+            return value if math.isfinite(value) else {"float": repr(value)}
+        if isinstance(value, list | tuple):
+            return [conv(v) for v in value]
+        text = str(value)
+        if text.startswith("torch."):
+            return {"torch": text[len("torch.") :]}
+        if type(value).__name__ == "device":
+            return {"device": text}
+        return {"repr": repr(value)}
+
+    positional = [conv(v) for v in args]
+    named = {k: conv(v) for k, v in kwargs.items()}
+    return {"a": positional, "kw": named} if named else {"a": positional}
+
+
+def _host_bytes(t: Any) -> memoryview:
+    import torch
+
+    x = t.detach()
+    if x.device.type != "cpu":
+        x = x.to("cpu")
+    x = x.contiguous()
+    if x.dtype == torch.bfloat16:
+        x = x.view(torch.int16)
+    elif x.dtype == torch.bool:
+        x = x.view(torch.uint8)
+    return memoryview(x.numpy()).cast("B")
+
+
+def _rng_crc(torch: Any) -> int:
+    return zlib.crc32(torch.get_rng_state().numpy().tobytes())
+
+
+def run_callable(run_dir: str | os.PathLike[str], fn: Callable[[], Any], **options: Any) -> Any:
+    """Run `fn()` under a capture (convenience for scripts and tests)."""
+    with capture(run_dir, **options):
+        return fn()
+
+
+ENV_VAR = "ACCELPORT_DUMP"
+
+
+def bootstrap_dir() -> Path:
+    """The folder whose sitecustomize.py starts a capture in every Python process of a wrapped command."""
+    return Path(__file__).parent / "_bootstrap"
+
+
+def start_from_environment() -> Capture | None:
+    """Start the capture described by $ACCELPORT_DUMP (JSON written by `accelport dump`), closed at exit.
+
+    Each rank of a distributed run writes its own folder (rankN). Another Python process of
+    the same command that records ops after the folder is taken (a launcher, a spawned
+    worker) writes to pidN inside it; a process forked from a capturing one (a DataLoader
+    worker) records nothing. Folders are created at the first record, so a process that
+    runs no torch op leaves nothing.
+    """
+    import atexit
+    import json
+    import signal
+
+    options = json.loads(os.environ[ENV_VAR])
+    folder = Path(options.pop("dir"))
+    if "RANK" in os.environ:
+        folder = folder / f"rank{os.environ['RANK']}"
+    if (folder / dumpfile.MANIFEST).exists():
+        folder = folder / f"pid{os.getpid()}"
+    cap = Capture(folder, lazy=True, **options)
+    cap.start()
+    atexit.register(cap.close)
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+
+        def on_term(signum: int, frame: Any) -> None:
+            cap.close()
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, on_term)
+    return cap

@@ -1,0 +1,512 @@
+"""Numeric difference between two recorded tensors: metrics, dtype-aware tolerances, and a pass/fail per tensor.
+
+torch.testing's elementwise rule, `|t - r| <= atol + rtol * |r|`, fails whenever two
+devices round an element near zero differently, or a ReLU mask flips on an element
+within rounding of zero, or a sum cancels: every bf16-versus-fp32 pair and many fp32
+pairs across devices. accelport judges op outputs by the same rule in norm form,
+
+    ||t - r||_2 <= atol * sqrt(n) + rtol * ||r||_2          (criterion "norm", the default)
+
+which a uniform error of rtol per element just meets, and which one flipped element
+cannot break. Parameters and model inputs are data, not results, so they are held to
+the largest error as well (criterion "max"): `max |t - r| <= atol + rtol * max |r|`.
+`elementwise` applies torch.testing's rule to every element. Every metric (max abs,
+max rel, mean rel, RMSE, cosine, ULP, allclose fraction, NaN/Inf positions) is reported
+whichever criterion decides.
+
+From statistics alone (no full tensors), the bounds the criterion implies on min, max,
+mean, abs-mean and L2 norm are checked: a statistic outside its bound proves the
+tensors differ, so statistics mode never fails a pair that full tensors would pass.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from accelport.verify import dumpfile
+
+_FLOAT_RANK = {"float64": 4, "float32": 3, "float16": 2, "bfloat16": 1}
+CHUNK_ELEMENTS = 1 << 18  # 1 MiB of float32 per side: stays in cache across the passes
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    dtype: str  # the dtype whose tolerance applies
+    rtol: float
+    atol: float
+    mantissa_bits: int
+    small_value: float
+
+
+@cache
+def _table() -> dict[str, Any]:
+    from accelport import knowledge
+
+    return knowledge.read_toml("numerics.toml")
+
+
+def defaults() -> dict[str, Any]:
+    return _table()
+
+
+def tolerance_for(
+    ref_dtype: str,
+    test_dtype: str,
+    overrides: Mapping[str, tuple[float, float]] | None = None,
+    autocast: tuple[str, ...] = (),
+) -> Tolerance:
+    """The tolerance of the lower-precision side; integers and booleans must match exactly.
+
+    `autocast` holds the autocast dtypes of the two runs: a floating-point tensor of a
+    mixed-precision run is judged with the autocast dtype's tolerance, whatever its own dtype.
+    """
+    table = _table()["dtype"]
+    floats = [d for d in (ref_dtype, test_dtype) if d in _FLOAT_RANK]
+    if not floats:
+        return Tolerance(ref_dtype, 0.0, 0.0, 0, 0.0)
+    floats += [d for d in autocast if d in _FLOAT_RANK]
+    lower = min(floats, key=lambda d: _FLOAT_RANK[d])
+    entry = table[lower]
+    rtol, atol = float(entry["rtol"]), float(entry["atol"])
+    if overrides and lower in overrides:
+        rtol, atol = overrides[lower]
+    elif overrides and "*" in overrides:
+        rtol, atol = overrides["*"]
+    return Tolerance(lower, rtol, atol, int(entry["mantissa_bits"]), float(entry["small_value"]))
+
+
+@dataclass
+class TensorDiff:
+    """How one tensor of TEST differs from the same tensor of REF."""
+
+    passed: bool
+    score: float  # error / allowed error (<= 1 passes); the headline number of a row
+    reason: str = ""  # why it failed, in words
+    source: str = "stats"  # "stats", "tensor" or "checksum"
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "score": _finite(self.score),
+            "reason": self.reason,
+            "source": self.source,
+            **{k: _finite(v) for k, v in self.metrics.items()},
+        }
+
+
+def _finite(value: float) -> float | str:
+    return dumpfile.clean_float(float(value)) if isinstance(value, float | int) else value
+
+
+def shape_problem(ref: Mapping[str, Any], test: Mapping[str, Any]) -> str:
+    if list(ref.get("shape", [])) != list(test.get("shape", [])):
+        return f"shape {ref.get('shape')} vs {test.get('shape')}"
+    return ""
+
+
+CRITERIA = ("norm", "max", "elementwise")
+
+
+def compare_stats(
+    ref: Mapping[str, Any], test: Mapping[str, Any], tol: Tolerance, criterion: str = "norm"
+) -> TensorDiff:
+    """Judge two tensors by their recorded statistics alone (bounds implied by `criterion`)."""
+    r = [dumpfile.as_float(v) for v in ref["stats"]]
+    t = [dumpfile.as_float(v) for v in test["stats"]]
+    n = max(1, math.prod(ref.get("shape", [])) - int(r[5]) - int(r[6]))
+    metrics: dict[str, float] = {}
+    reasons = []
+    if int(r[5]) != int(t[5]) or int(r[6]) != int(t[6]):
+        metrics["nan_ref"], metrics["nan_test"] = r[5], t[5]
+        metrics["inf_ref"], metrics["inf_test"] = r[6], t[6]
+        return TensorDiff(
+            False,
+            math.inf,
+            f"NaN/Inf count {int(r[5])}/{int(r[6])} vs {int(t[5])}/{int(t[6])}",
+            "stats",
+            metrics,
+        )
+    if any(math.isnan(v) for v in r[:5] + t[:5]):
+        all_nan = all(math.isnan(v) for v in r[:5]) and all(math.isnan(v) for v in t[:5])
+        return TensorDiff(
+            all_nan,
+            0.0 if all_nan else math.inf,
+            "" if all_nan else "statistics missing on one side",
+            "stats",
+        )
+    amax = max(abs(r[0]), abs(r[1]))
+    rms = r[3] / math.sqrt(n)
+    # Under "norm", one element can carry the whole allowed L2 error: extremes get that bound.
+    extreme = (
+        tol.atol + tol.rtol * amax
+        if criterion != "norm"
+        else tol.atol * math.sqrt(n) + tol.rtol * r[3]
+    )
+    bounds = {
+        "min": (abs(t[0] - r[0]), extreme),
+        "max": (abs(t[1] - r[1]), extreme),
+        "mean": (abs(t[2] - r[2]), tol.atol + tol.rtol * rms),
+        "abs_mean": (abs(t[4] - r[4]), tol.atol + tol.rtol * rms),
+        "l2": (abs(t[3] - r[3]), tol.atol * math.sqrt(n) + tol.rtol * r[3]),
+    }
+    score = 0.0
+    worst = ""
+    for name, (error, allowed) in bounds.items():
+        metrics[f"d_{name}"] = error
+        ratio = error / allowed if allowed > 0 else (0.0 if error == 0 else math.inf)
+        if ratio > score:
+            score, worst = ratio, name
+    metrics["rel_l2"] = abs(t[3] - r[3]) / r[3] if r[3] > 0 else (0.0 if t[3] == 0 else math.inf)
+    metrics["max_abs_lower_bound"] = max(bounds["min"][0], bounds["max"][0], bounds["mean"][0])
+    passed = score <= 1.0
+    if not passed:
+        reasons.append(
+            f"{worst} differs by {bounds[worst][0]:.3g} (allowed {bounds[worst][1]:.3g})"
+        )
+    return TensorDiff(passed, score, "; ".join(reasons), "stats", metrics)
+
+
+# -- full tensors --------------------------------------------------------------------------------
+
+
+class TensorFiles:
+    """Reads tensor data out of a dump's step files; keeps a few files open, nothing else in memory."""
+
+    def __init__(self, dump: Path) -> None:
+        self.dump = Path(dump)
+        self._handles: dict[str, tuple[int, int]] = {}  # file -> (fd, data start)
+        self.bytes_read = 0
+
+    def _open(self, name: str) -> tuple[int, int]:
+        hit = self._handles.get(name)
+        if hit is not None:
+            return hit
+        if len(self._handles) >= 8:
+            fd, _ = self._handles.pop(next(iter(self._handles)))
+            os.close(fd)
+        path = self.dump / name
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            from accelport.errors import UserError
+
+            raise UserError(
+                f"{path}: tensor file missing; the dump is incomplete (copy the whole folder)"
+            ) from None
+        start = dumpfile.data_start(path)
+        self._handles[name] = (fd, start)
+        return fd, start
+
+    def read_into(self, entry: Mapping[str, Any], first: int, buffer: memoryview) -> int:
+        """Read bytes of `entry` from byte `first` into `buffer`; returns the number read."""
+        fd, start = self._open(entry["file"])
+        want = min(len(buffer), int(entry["nbytes"]) - first)
+        got = os.preadv(fd, [buffer[:want]], start + int(entry["start"]) + first)
+        self.bytes_read += got
+        return got
+
+    def load(self, entry: Mapping[str, Any]) -> Any:
+        """The whole tensor as a numpy array of its dtype widened to float32/float64 (for replay)."""
+        import numpy as np
+
+        raw = bytearray(int(entry["nbytes"]))
+        got = self.read_into(entry, 0, memoryview(raw))
+        if got != len(raw):
+            from accelport.errors import UserError
+
+            raise UserError(
+                f"{self.dump / entry['file']}: tensor data cut short; the dump was interrupted"
+            )
+        return _widen(
+            np.frombuffer(raw, dtype=_storage_dtype(entry["dtype"])), entry["dtype"]
+        ).reshape(entry["shape"])
+
+    def close(self) -> None:
+        for fd, _ in self._handles.values():
+            os.close(fd)
+        self._handles.clear()
+
+
+def _storage_dtype(dtype: str) -> Any:
+    import numpy as np
+
+    return {
+        "float64": np.float64, "float32": np.float32, "float16": np.float16, "bfloat16": np.uint16,
+        "int64": np.int64, "int32": np.int32, "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.uint8,
+    }[dtype]  # fmt: skip
+
+
+def _widen(raw: Any, dtype: str) -> Any:
+    import numpy as np
+
+    if dtype == "bfloat16":
+        wide = raw.astype(np.uint32) << 16
+        return wide.view(np.float32)
+    if dtype == "float32" or dtype == "float64":
+        return raw
+    if dtype == "float16":
+        return raw.astype(np.float32)
+    return raw.astype(np.float64)
+
+
+class _Accumulator:
+    """Running sums over chunks of one tensor pair."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.dd = self.rr = self.tt = self.rt = 0.0
+        self.max_abs = self.amax_ref = self.max_rel = self.max_ulp = 0.0
+        self.sum_rel = 0.0
+        self.close = 0
+        self.nan_mismatch = self.inf_mismatch = 0
+        self.nonfinite_ref = 0
+
+
+def _chunk_metrics(r: Any, t: Any, tol: Tolerance, acc: _Accumulator, work: dict[str, Any]) -> None:
+    import numpy as np
+
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        _chunk_metrics_inner(r, t, tol, acc, work)
+
+
+def _chunk_metrics_inner(
+    r: Any, t: Any, tol: Tolerance, acc: _Accumulator, work: dict[str, Any]
+) -> None:
+    import numpy as np
+
+    m = r.shape[0]
+    d, ar, tmp, flags = (work[k][:m] for k in ("d", "ar", "tmp", "flags"))
+    rr, tt = float(np.dot(r, r)), float(np.dot(t, t))
+    if not (math.isfinite(rr) and math.isfinite(tt)):
+        # Slow path, only for chunks holding NaN/Inf: positions must agree, the rest is compared.
+        nan_r, nan_t = np.isnan(r), np.isnan(t)
+        inf_r, inf_t = np.isinf(r), np.isinf(t)
+        acc.nan_mismatch += int(np.count_nonzero(nan_r != nan_t))
+        acc.inf_mismatch += int(
+            np.count_nonzero((inf_r != inf_t) | (inf_r & inf_t & (np.sign(r) != np.sign(t))))
+        )
+        both = ~(nan_r | nan_t | inf_r | inf_t)
+        acc.nonfinite_ref += int(m - np.count_nonzero(both))
+        r, t = r[both], t[both]
+        m = r.shape[0]
+        if m == 0:
+            return
+        d, ar, tmp, flags = d[:m], ar[:m], tmp[:m], flags[:m]
+        rr, tt = float(np.dot(r, r)), float(np.dot(t, t))
+        if not (math.isfinite(rr) and math.isfinite(tt)) and r.dtype == np.float32:
+            # Finite values whose squares overflow float32 (finfo.max in a mask): in float64.
+            _chunk_metrics_inner(
+                r.astype(np.float64),
+                t.astype(np.float64),
+                tol,
+                acc,
+                _work_buffers(CHUNK_ELEMENTS, np.float64),
+            )
+            return
+    acc.n += m
+    np.subtract(t, r, out=d)
+    acc.dd += float(np.dot(d, d))
+    acc.rr += rr
+    acc.tt += tt
+    acc.rt += float(np.dot(r, t))
+    np.abs(d, out=d)
+    acc.max_abs = max(acc.max_abs, float(d.max()))
+    np.abs(r, out=ar)
+    acc.amax_ref = max(acc.amax_ref, float(ar.max()))
+    np.multiply(ar, tol.rtol, out=tmp)
+    np.add(tmp, tol.atol, out=tmp)
+    np.less_equal(d, tmp, out=flags)
+    acc.close += int(np.count_nonzero(flags))
+    np.maximum(ar, tol.small_value, out=tmp)
+    np.divide(d, tmp, out=tmp)
+    acc.max_rel = max(acc.max_rel, float(tmp.max()))
+    acc.sum_rel += float(np.dot(tmp, work["ones"][:m]))
+    if tol.mantissa_bits:
+        # One ULP of the lower-precision dtype at |r|: keep only the exponent bits of |r| (a
+        # power of two), scaled down by the mantissa width; zeros and subnormals get the
+        # smallest normal's ULP. Equal to np.spacing for float32, at a tenth of its cost.
+        if tmp.dtype == np.float32:
+            np.bitwise_and(ar.view(np.int32), 0x7F800000, out=tmp.view(np.int32))
+            np.maximum(tmp, np.float32(2.0**-126), out=tmp)
+        else:
+            np.bitwise_and(ar.view(np.int64), 0x7FF0000000000000, out=tmp.view(np.int64))
+            np.maximum(tmp, 2.0**-1022, out=tmp)
+        np.multiply(tmp, 2.0**-tol.mantissa_bits, out=tmp)
+        np.divide(d, tmp, out=tmp)
+        acc.max_ulp = max(acc.max_ulp, float(tmp.max()))
+
+
+def _scan(
+    ref_files: TensorFiles,
+    ref: Mapping[str, Any],
+    test_files: TensorFiles,
+    test: Mapping[str, Any],
+    tol: Tolerance,
+    first: int,
+    last: int,
+) -> _Accumulator | None:
+    """Metrics over elements [first, last) of a tensor pair; None when the data is cut short."""
+    import numpy as np
+
+    rdt, tdt = ref["dtype"], test["dtype"]
+    wide = (
+        np.float64
+        if "float64" in (rdt, tdt) or rdt not in _FLOAT_RANK or tdt not in _FLOAT_RANK
+        else np.float32
+    )
+    r_item, t_item = dumpfile.DTYPES[rdt][1], dumpfile.DTYPES[tdt][1]
+    chunk = CHUNK_ELEMENTS
+    work = _work_buffers(chunk, wide)
+    r_raw = work.setdefault(f"raw_{r_item}_r", bytearray(chunk * r_item))
+    t_raw = work.setdefault(f"raw_{t_item}_t", bytearray(chunk * t_item))
+    acc = _Accumulator()
+    done = first
+    while done < last:
+        m = min(chunk, last - done)
+        got_r = ref_files.read_into(ref, done * r_item, memoryview(r_raw)[: m * r_item])
+        got_t = test_files.read_into(test, done * t_item, memoryview(t_raw)[: m * t_item])
+        if got_r != m * r_item or got_t != m * t_item:
+            return None
+        r = _as(np.frombuffer(r_raw, dtype=_storage_dtype(rdt), count=m), rdt, wide)
+        t = _as(np.frombuffer(t_raw, dtype=_storage_dtype(tdt), count=m), tdt, wide)
+        _chunk_metrics(r, t, tol, acc, work)
+        done += m
+    return acc
+
+
+def compare_tensors(
+    ref_files: TensorFiles,
+    ref: Mapping[str, Any],
+    test_files: TensorFiles,
+    test: Mapping[str, Any],
+    tol: Tolerance,
+    criterion: str = "norm",
+    pool: Any = None,
+) -> TensorDiff:
+    """Stream both tensors chunk by chunk and compute every metric; memory stays at a few MiB per thread.
+
+    With a thread pool, a large tensor's element range is split over its threads (numpy
+    releases the GIL while it computes).
+    """
+    total = math.prod(ref["shape"])
+    parts = pool._max_workers if pool is not None and total >= 4 * CHUNK_ELEMENTS else 1
+    per = -(-total // parts)
+    per += (-per) % CHUNK_ELEMENTS
+    if parts == 1:
+        results = [_scan(ref_files, ref, test_files, test, tol, 0, total)]
+    else:
+        futures = [
+            pool.submit(
+                _scan, ref_files, ref, test_files, test, tol, start, min(total, start + per)
+            )
+            for start in range(0, total, per)
+        ]
+        results = [f.result() for f in futures]
+    if any(r is None for r in results):
+        return TensorDiff(False, math.inf, "tensor data cut short (interrupted dump)", "tensor")
+    acc = _Accumulator()
+    for part in results:
+        assert part is not None
+        acc.n += part.n
+        acc.dd += part.dd
+        acc.rr += part.rr
+        acc.tt += part.tt
+        acc.rt += part.rt
+        acc.max_abs = max(acc.max_abs, part.max_abs)
+        acc.amax_ref = max(acc.amax_ref, part.amax_ref)
+        acc.max_rel = max(acc.max_rel, part.max_rel)
+        acc.max_ulp = max(acc.max_ulp, part.max_ulp)
+        acc.sum_rel += part.sum_rel
+        acc.close += part.close
+        acc.nan_mismatch += part.nan_mismatch
+        acc.inf_mismatch += part.inf_mismatch
+        acc.nonfinite_ref += part.nonfinite_ref
+    return _finish(acc, total, tol, criterion)
+
+
+@cache
+def _work_buffers_cached(chunk: int, wide: str, thread: int) -> dict[str, Any]:
+    import numpy as np
+
+    dtype = np.dtype(wide)
+    return {
+        "d": np.empty(chunk, dtype),
+        "ar": np.empty(chunk, dtype),
+        "tmp": np.empty(chunk, dtype),
+        "flags": np.empty(chunk, bool),
+        "ones": np.ones(chunk, dtype),
+    }
+
+
+def _work_buffers(chunk: int, wide: Any) -> dict[str, Any]:
+    import threading
+
+    import numpy as np
+
+    return _work_buffers_cached(chunk, np.dtype(wide).name, threading.get_ident())
+
+
+def _as(raw: Any, dtype: str, wide: Any) -> Any:
+    values = _widen(raw, dtype)
+    return values if values.dtype == wide else values.astype(wide)
+
+
+def _finish(acc: _Accumulator, total: int, tol: Tolerance, criterion: str) -> TensorDiff:
+    n = max(acc.n, 1)
+    l2_ref = math.sqrt(acc.rr)
+    l2_diff = math.sqrt(acc.dd)
+    denom = math.sqrt(acc.rr) * math.sqrt(acc.tt)
+    metrics = {
+        "max_abs": acc.max_abs,
+        "max_rel": acc.max_rel,
+        "mean_rel": acc.sum_rel / n,
+        "rmse": math.sqrt(acc.dd / n),
+        "cosine": acc.rt / denom if denom > 0 else (1.0 if acc.rr == acc.tt == 0 else 0.0),
+        "max_ulp": acc.max_ulp,
+        "allclose": acc.close / n,
+        "nan_mismatch": float(acc.nan_mismatch),
+        "inf_mismatch": float(acc.inf_mismatch),
+        "rel_l2": l2_diff / l2_ref if l2_ref > 0 else (0.0 if l2_diff == 0 else math.inf),
+        "amax_ref": acc.amax_ref,
+    }
+    if acc.nan_mismatch or acc.inf_mismatch:
+        return TensorDiff(
+            False,
+            math.inf,
+            f"NaN/Inf positions differ ({acc.nan_mismatch} NaN, {acc.inf_mismatch} Inf)",
+            "tensor",
+            metrics,
+        )
+    allowed_l2 = tol.atol * math.sqrt(n) + tol.rtol * l2_ref
+    allowed_max = tol.atol + tol.rtol * acc.amax_ref
+    ratios = {"l2": _ratio(l2_diff, allowed_l2)}
+    if criterion != "norm":
+        ratios["max_abs"] = _ratio(acc.max_abs, allowed_max)
+    worst = max(ratios, key=lambda k: ratios[k])
+    score = ratios[worst]
+    passed = score <= 1.0
+    reason = ""
+    if not passed:
+        reason = (
+            f"max |diff| {acc.max_abs:.3g} > allowed {allowed_max:.3g}"
+            if worst == "max_abs"
+            else f"L2 of diff {l2_diff:.3g} > allowed {allowed_l2:.3g} (relative {metrics['rel_l2']:.3g})"
+        )
+    if criterion == "elementwise" and acc.close < acc.n:
+        passed = False
+        reason = reason or f"{acc.n - acc.close} of {acc.n} elements outside atol + rtol*|ref|"
+        score = max(score, 1.0 + (acc.n - acc.close) / n)
+    return TensorDiff(passed, score, reason, "tensor", metrics)
+
+
+def _ratio(error: float, allowed: float) -> float:
+    if allowed > 0:
+        return error / allowed
+    return 0.0 if error == 0 else math.inf

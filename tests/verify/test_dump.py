@@ -1,0 +1,256 @@
+"""`accelport.verify.capture`: what a dump records, and that its numbers are right."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).parent))
+from numerics_helpers import dump, tinylm, train_step
+
+from accelport.errors import UserError
+from accelport.verify import capture, dumpfile
+
+
+def records(folder: Path) -> list[dict]:
+    return list(dumpfile.iter_records(folder))
+
+
+@pytest.fixture(scope="module")
+def tinylm_dump(tmp_path_factory) -> Path:
+    return dump(tmp_path_factory.mktemp("dump") / "run", tinylm())
+
+
+def test_every_record_has_a_stable_identity(tinylm_dump):
+    recs = [r for r in records(tinylm_dump) if r["k"] != "step"]
+    ops = [r for r in recs if r["k"] == "op"]
+    assert {r["phase"] for r in ops} == {"forward", "backward"}
+    ln = [r for r in ops if r.get("op") == "aten.native_layer_norm.default"]
+    assert [r["module"] for r in ln] == [
+        "TinyLM.blocks.0.ln1",
+        "TinyLM.blocks.0.ln2",
+        "TinyLM.blocks.1.ln1",
+        "TinyLM.blocks.1.ln2",
+        "TinyLM.ln_f",
+    ]
+    assert all(
+        r["line"].startswith("examples/legacy_cuda_app/model.py:") or "model.py:" in r["line"]
+        for r in ln
+    )
+    # Call indices count per (phase, module, op): the three q/k/v views of one attention.
+    views = [
+        r["call"]
+        for r in ops
+        if r["module"] == "TinyLM.blocks.0.attn"
+        and r["op"] == "aten.view.default"
+        and r["phase"] == "forward"
+    ]
+    assert views[:3] == [0, 1, 2]
+    # Backward ops are attributed to the module whose backward runs them.
+    back_ln = [r for r in ops if r.get("op") == "aten.native_layer_norm_backward.default"]
+    assert back_ln and back_ln[0]["module"] == "TinyLM.ln_f"
+    assert all(r.get("node") for r in back_ln)
+    assert [r["seq"] for r in recs] == sorted(r["seq"] for r in recs)
+
+
+def test_parameters_and_inputs_are_recorded_before_the_ops_that_use_them(tinylm_dump):
+    recs = records(tinylm_dump)
+    params = [r for r in recs if r["k"] == "param"]
+    model = tinylm()
+    assert {(r["module"], r["op"]) for r in params} == {
+        (f"TinyLM.{name.rpartition('.')[0]}".rstrip("."), f"param:{name.rpartition('.')[2]}")
+        for name, _ in model.named_parameters()
+    }
+    inputs = [r for r in recs if r["k"] == "input"]
+    assert len(inputs) == 1 and inputs[0]["out"][0]["dtype"] == "int64"
+    first_use = next(
+        r["seq"] for r in recs if r["k"] == "op" and r["module"] == "TinyLM.blocks.0.mlp.0"
+    )
+    weight = next(
+        r for r in params if r["module"] == "TinyLM.blocks.0.mlp.0" and r["op"] == "param:weight"
+    )
+    assert weight["seq"] < first_use
+    # Parameters of step 0 carry the CRC-32 of their bytes.
+    expected = zlib.crc32(model.blocks[0].mlp[0].weight.detach().numpy().tobytes())
+    assert weight["out"][0]["crc32"] == expected
+
+
+def test_statistics_match_an_independent_computation(tmp_path):
+    x = torch.tensor([[1.5, -2.0, 0.0], [3.25, 0.0, -0.5]])
+
+    class Double(nn.Module):
+        def forward(self, t):
+            return t * 2
+
+    with capture(tmp_path / "d", step_on="manual"):
+        Double()(x)
+    op = next(r for r in records(tmp_path / "d") if r.get("op") == "aten.mul.Tensor")
+    stats = dict(zip(dumpfile.STAT_FIELDS, op["out"][0]["stats"], strict=True))
+    y = (x * 2).numpy().astype(np.float64)
+    assert stats["min"] == y.min() and stats["max"] == y.max()
+    assert math.isclose(stats["mean"], y.mean(), rel_tol=1e-6)
+    assert math.isclose(stats["l2"], float(np.sqrt((y**2).sum())), rel_tol=1e-6)
+    assert math.isclose(stats["abs_mean"], float(np.abs(y).mean()), rel_tol=1e-6)
+    assert (stats["nan"], stats["inf"], stats["zero"]) == (0, 0, 2)
+    assert op["module"] == "Double" and op["in"][0]["stats"][1] == 3.25
+
+
+def test_nan_and_inf_are_counted_and_kept_out_of_the_statistics(tmp_path):
+    x = torch.tensor([1.0, float("nan"), float("inf"), -3.0, float("nan")])
+    with capture(tmp_path / "d", step_on="manual"):
+        torch.relu(x)
+    out = next(r for r in records(tmp_path / "d") if r.get("op") == "aten.relu.default")["in"][0]
+    stats = dict(zip(dumpfile.STAT_FIELDS, out["stats"], strict=True))
+    assert (stats["nan"], stats["inf"]) == (2, 1)
+    assert (stats["min"], stats["max"], stats["mean"]) == (-3.0, 1.0, -1.0)
+
+
+def test_device_batched_statistics_equal_the_host_ones(tmp_path):
+    host = dump(tmp_path / "host", tinylm())
+    device = dump(tmp_path / "device", tinylm(), stats_on_host=False)
+    for a, b in zip(records(host), records(device), strict=True):
+        for key in ("in", "out"):
+            for ta, tb in zip(a.get(key, []), b.get(key, []), strict=True):
+                if ta.get("stats") is None:
+                    assert tb.get("stats") is None
+                    continue
+                assert np.allclose(
+                    [float(v) for v in ta["stats"]],
+                    [float(v) for v in tb["stats"]],
+                    rtol=1e-5,
+                    atol=1e-6,
+                )
+
+
+def test_in_place_ops_are_seen_with_the_input_before_and_the_output_after(tmp_path):
+    x = torch.ones(4)
+    with capture(tmp_path / "d", step_on="manual"):
+        x.add_(2.0)
+    op = next(r for r in records(tmp_path / "d") if r.get("op") == "aten.add_.Tensor")
+    assert op["in"][0]["stats"][1] == 1.0 and op["out"][0]["stats"][1] == 3.0
+
+
+def test_full_tensors_are_safetensors_files_readable_by_the_reference_reader(tmp_path):
+    from safetensors.torch import load_file
+
+    model = tinylm()
+    folder = dump(
+        tmp_path / "t", model, tensors=True, step=lambda m: train_step(m, autocast=torch.bfloat16)
+    )
+    files = sorted((folder / "tensors").glob("*.safetensors"))
+    assert len(files) == 1
+    loaded = load_file(files[0])
+    weight = next(r for r in records(folder) if r["k"] == "param" and r["module"] == "TinyLM.head")
+    key = next(k for k in loaded if k.startswith(f"{weight['seq']}.out"))
+    assert torch.equal(loaded[key], model.head.weight.detach())
+    assert any(v.dtype == torch.bfloat16 for v in loaded.values())
+
+
+def test_steps_and_filters_limit_what_is_recorded(tmp_path):
+    model = tinylm()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def three_steps():
+        for _ in range(3):
+            train_step(model)
+            optimizer.step()
+            optimizer.zero_grad()
+
+    with capture(tmp_path / "d", steps="1..1", modules=["TinyLM.blocks.1*"]):
+        three_steps()
+    recs = [r for r in records(tmp_path / "d") if r["k"] != "step"]
+    assert recs and {r["step"] for r in recs} == {1}
+    assert all(r["module"].startswith("TinyLM.blocks.1") for r in recs)
+
+
+def test_dump_refuses_a_folder_that_is_not_empty(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "old.txt").write_text("keep me")
+    with pytest.raises(UserError, match="not empty"), capture(tmp_path / "d"):
+        pass
+    assert (tmp_path / "d" / "old.txt").read_text() == "keep me"
+
+
+def test_header_records_environment_and_end_record_closes(tinylm_dump):
+    lines = (tinylm_dump / dumpfile.MANIFEST).read_text().splitlines()
+    header, end = json.loads(lines[0]), json.loads(lines[-1])
+    assert header["format"] == "accelport-dump" and header["mode"] == "statistics"
+    assert header["machine"]["torch"]["version"] == torch.__version__
+    assert (
+        "deterministic_algorithms" in header["determinism"]
+        and "torch_initial_seed" in header["seeds"]
+    )
+    assert end["k"] == "end" and end["records"] == len(lines) - 2
+    info = dumpfile.DumpInfo(tinylm_dump, {})
+    list(dumpfile.iter_records(tinylm_dump, info))
+    assert not info.truncated
+
+
+def test_statistics_of_a_large_tensor_swept_on_two_threads(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1_200_001, generator=g)
+    x[::7] = 0.0
+    x[123_456] = float("inf")
+    with capture(tmp_path / "d", step_on="manual"):
+        torch.neg(x)
+    stats = dict(
+        zip(
+            dumpfile.STAT_FIELDS,
+            next(r for r in records(tmp_path / "d") if r.get("op") == "aten.neg.default")["out"][0][
+                "stats"
+            ],
+            strict=True,
+        )
+    )
+    y = -x.numpy().astype(np.float64)
+    finite = y[np.isfinite(y)]
+    assert (stats["min"], stats["max"]) == (finite.min(), finite.max())
+    assert stats["mean"] == pytest.approx(finite.mean(), rel=1e-4, abs=1e-6)
+    assert stats["l2"] == pytest.approx(np.sqrt((finite**2).sum()), rel=1e-5)
+    assert stats["abs_mean"] == pytest.approx(np.abs(finite).mean(), rel=1e-5)
+    assert (stats["nan"], stats["inf"], stats["zero"]) == (0, 1, int((finite == 0).sum()))
+
+
+def test_values_whose_squares_overflow_float32_still_get_statistics(tmp_path):
+    big = torch.finfo(torch.float32).max
+    x = torch.tensor([big, -big, 1.0, 0.0])
+    with capture(tmp_path / "d", step_on="manual"):
+        torch.neg(x)
+    stats = next(r for r in records(tmp_path / "d") if r.get("op") == "aten.neg.default")["out"][0][
+        "stats"
+    ]
+    assert stats[3] == pytest.approx(math.sqrt(2) * big, rel=1e-6)  # L2 in float64
+    assert stats[4] == pytest.approx((2 * big + 1) / 4, rel=1e-6) and stats[7] == 1
+
+
+def test_permuted_and_expanded_tensors_get_the_statistics_of_their_elements(tmp_path):
+    x = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4) - 5
+    permuted = x.permute(2, 0, 1)  # made before the capture: first seen as tanh's input
+    assert not permuted.is_contiguous()
+    with capture(tmp_path / "d", step_on="manual"):
+        y = permuted.tanh()  # a non-contiguous input that fills its memory: read in place
+        z = torch.ones(1, 4).expand(3, 4).exp()  # an expanded one (stride 0)
+    recs = {r.get("op"): r for r in records(tmp_path / "d")}
+    for op, value in (
+        ("aten.tanh.default", x.permute(2, 0, 1)),
+        ("aten.exp.default", torch.ones(3, 4)),
+    ):
+        stats = dict(zip(dumpfile.STAT_FIELDS, recs[op]["in"][0]["stats"], strict=True))
+        v = value.contiguous().numpy().astype(np.float64)
+        assert (stats["min"], stats["max"], stats["zero"]) == (
+            v.min(),
+            v.max(),
+            int((v == 0).sum()),
+        )
+        assert stats["mean"] == pytest.approx(v.mean()) and stats["l2"] == pytest.approx(
+            np.sqrt((v**2).sum())
+        )
+    assert y.shape == (4, 2, 3) and z.shape == (3, 4)

@@ -1,0 +1,79 @@
+"""`accelport dump -o DIR -- python script.py`: the wrapper captures an unmodified training script."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from accelport.verify import dumpfile
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = """
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location("m", {model!r})
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+model = m.build_model(seed=0)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+tokens, targets = m.example_batch(batch_size=2, seq_len=8)
+for step in range(3):
+    m.loss_fn(model(tokens), targets).backward()
+    opt.step(); opt.zero_grad()
+print("trained")
+"""
+
+
+@pytest.fixture
+def script(tmp_path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(SCRIPT.format(model=str(REPO / "examples" / "legacy_cuda_app" / "model.py")))
+    return path
+
+
+@pytest.mark.slow
+def test_wrapper_dumps_an_unmodified_script(cli, script, tmp_path, monkeypatch):
+    import sys
+
+    # The program's own sitecustomize (a virtualenv's, `accelport run`'s) must still run.
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "site-ran"
+    (site / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "src"), str(site)]))
+    out = tmp_path / "dump"
+    result = cli(
+        "dump",
+        "-o",
+        out,
+        "--steps",
+        "1..2",
+        "--filter",
+        "module:TinyLM.blocks.*",
+        "--",
+        sys.executable,
+        script,
+    )
+    assert result.code == 0, result.err
+    assert marker.exists()
+    assert "3 steps" not in result.out and "2 steps" in result.out and "complete" in result.out
+    header = json.loads((out / dumpfile.MANIFEST).read_text().splitlines()[0])
+    assert header["argv"][0].endswith("train.py") and header["filters"]["modules"] == [
+        "TinyLM.blocks.*"
+    ]
+    records = [r for r in dumpfile.iter_records(out) if r["k"] != "step"]
+    assert {r["step"] for r in records} == {1, 2}
+    assert all(r["module"].startswith("TinyLM.blocks.") for r in records)
+    assert any(r["phase"] == "backward" for r in records)
+
+
+def test_wrapper_usage_errors(cli, tmp_path):
+    assert cli("dump", "-o", tmp_path / "d").code == 2
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    busy = cli("dump", "-o", tmp_path / "full", "--", "python", "-c", "pass")
+    assert busy.code == 2 and "not empty" in busy.err
+    assert cli("dump", "-o", tmp_path / "d2", "--steps", "a..b", "--", "python").code == 2
+    assert cli("dump", "-o", tmp_path / "d3", "--filter", "layer:x", "--", "python").code == 2
