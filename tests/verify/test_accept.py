@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -210,7 +211,7 @@ def open_in_chromium(binary: str, page: Path) -> dict:
     """Load `page`; return console errors, uncaught exceptions and what each report section shows."""
     with tempfile.TemporaryDirectory(prefix="accelport-chromium-") as profile_dir:
         proc = subprocess.Popen([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile_dir}", "--remote-debugging-port=0",
-                                 "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             port_file = Path(profile_dir) / "DevToolsActivePort"
             deadline = time.monotonic() + 60
@@ -263,12 +264,31 @@ def open_in_chromium(binary: str, page: Path) -> dict:
                 pass
             return {"problems": problems, "sections": json.loads(result["result"]["result"]["value"])}
         finally:
-            proc.terminate()
+            _stop_session(proc)
+
+
+def _stop_session(proc: subprocess.Popen) -> None:
+    """End the browser and every helper it forked (zygote, renderers, crashpad), then wait for them.
+
+    Ending the browser process alone left helpers that still wrote into the profile
+    folder while it was being removed ("Directory not empty"). They all share the session
+    the browser was started in, whose id is the browser's pid.
+    """
+    for sig, patience in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + patience
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the browser itself, or it stays in the group as a zombie
             try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
                 proc.wait()
+                return
+            time.sleep(0.05)
+    proc.wait()
 
 
 def test_acceptance_report_renders_every_section_without_console_errors(chromium, tmp_path, monkeypatch):
