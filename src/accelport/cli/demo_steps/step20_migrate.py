@@ -77,6 +77,7 @@ def run(ctx) -> bool:
     under_run.wait()
     trained_err, run_err = trained_log.read_text(), run_log.read_text()
 
+    ctx.results["loss_logs"] = {"reference": original_log, "migrated": migrated_log}
     losses = _losses(migrated_log)
     if trained.returncode != 0 or not _falls(losses):
         ctx.say(ctx.style.red(f"the migrated copy did not train (exit {trained.returncode}):\n{_tail(trained_err)}"))

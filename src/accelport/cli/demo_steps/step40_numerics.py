@@ -160,6 +160,8 @@ def run(ctx) -> bool:
                 )
         (work / "compare-fault.html").write_text(render_html(faulty))
     ctx.results["numerics"] = {
+        "reference_dump": ref,
+        "migrated_dump": test,
         "same": same.passed,
         "fault_found": not faulty.passed,
         "first_divergence": first,

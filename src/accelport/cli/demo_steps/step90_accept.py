@@ -10,7 +10,7 @@ from pathlib import Path
 
 from accelport.fileio import atomic_write_text
 
-TITLE = "acceptance: speed, stability and collectives of the example -> one report"
+TITLE = "acceptance: correctness, precision, speed, stability and collectives of the example -> one report"
 
 
 def _train_step(app: Path):
@@ -82,12 +82,25 @@ def run(ctx) -> bool:
         'name = "gloo, 2 ranks"',
         'result = "comm-cpu.json"',
     ]
+    numerics = ctx.results.get("numerics") or {}
+    logs = ctx.results.get("loss_logs") or {}
+    if numerics.get("reference_dump"):
+        # The original under `accelport run` is the reference; the migrated copy is the test.
+        spec += [
+            "",
+            "[correctness]",
+            f'reference = "{numerics["reference_dump"]}"',
+            f'test = "{numerics["migrated_dump"]}"',
+        ]
+    if logs and all(Path(p).exists() for p in logs.values()):
+        spec += ["", "[precision]", f'reference = "{logs["reference"]}"', f'tests = ["{logs["migrated"]}"]']
     atomic_write_text(out / "acceptance.toml", "\n".join(spec) + "\n")
     report = accept.evaluate(accept.load_spec(out / "acceptance.toml"))
     paths = accept.write_reports(report, out)
     ctx.say(accept.render_text(report).rstrip())
-    ctx.say("correctness and precision are not in this spec: they take dumps and loss curves from the "
-            "numerics steps (accelport dump/compare/curves); add [correctness] and [precision] when those exist")
+    if not numerics.get("reference_dump") or not logs:
+        ctx.say("correctness and precision are not in this report: they need the dumps and loss logs of the "
+                "migrate and numerics steps (run the whole demo)")
     ctx.say(f"\nacceptance report: {paths['html']}")
     ctx.say(f"also: {paths['junit']}, {paths['json']}")
     ctx.results["accept"] = report
