@@ -233,10 +233,20 @@ def _from_numerics(section: str, entry: dict[str, Any], entry_point: tuple[str, 
     data = result.to_dict()
     status = "pass" if result.passed else "fail"
     figures = {key: data.get(key) for key in ("verdict", *keys)}
-    summary = f"verdict {data.get('verdict')}; " + "; ".join(f"{k} {_short(data.get(k))}" for k in keys)
+    summary = f"verdict {data.get('verdict')}; " + "; ".join(f"{k} {_describe(k, data.get(k))}" for k in keys)
     check = Check(section, entry["name"], status, summary, figures)
     check.html.append(("table", (["figure", "value"], [[k, _short(v, 400)] for k, v in figures.items()])))
     return check
+
+
+def _describe(key: str, value: Any) -> str:
+    """A figure for the one-line summary; a first divergence reads as op, module, step and line."""
+    if key == "first_divergence" and isinstance(value, dict):
+        where = f"{value.get('op')} in {value.get('module')} (step {value.get('step')}, {value.get('phase')})"
+        line = f" at {value['source_line']}" if value.get("source_line") else ""
+        reason = f": {value['reason']}" if value.get("reason") else ""
+        return f"{where}{line}{reason}"
+    return _short(value)
 
 
 def _short(value: Any, limit: int = 160) -> str:
