@@ -35,8 +35,22 @@ class C:
     pass
 '''
     lines = chunks.split_lines(source)
-    starts = [lines[i].split()[0] for i in chunks.statement_starts(lines)]
+    starts = [lines[i].split()[0] for i in chunks.statement_starts(source.encode())]
     assert starts == ["import", "@decorator", "if", "value", "class"]
+
+
+def test_string_layout_that_is_ambiguous_is_not_guessed():
+    # A triple quote inside a one-line string: no line may be taken as inside a docstring.
+    source = b"x = '\"\"\"'\ny = torch.cuda.synchronize()\nz = 1  # \"\"\"\n"
+    assert chunks.string_edges(source) is None
+    assert chunks.statement_starts(source) is None
+
+
+def test_tokens_after_a_docstring_with_the_other_quote_inside_are_kept():
+    from accelport.inventory.python import code_token_lines
+
+    source = b'def f():\n    """Use \'\'\' quotes."""\n    torch.cuda.synchronize()\n'
+    assert code_token_lines(source, chunks.string_edges(source)) == {3}
 
 
 def test_split_lines_counts_like_the_parser():

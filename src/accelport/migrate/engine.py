@@ -169,7 +169,10 @@ def partial_tree(text: str, path: str, lines: set[int]) -> ast.Module:
     guessed from the text are wrong, the whole file is parsed instead.
     """
     split = chunks.split_lines(text)
-    spans, keep = chunks.select(split, lines, chunks.statement_starts(split))
+    starts = chunks.statement_starts(text.encode("utf-8", "surrogatepass"))
+    if starts is None:
+        return _parse(text, path)
+    spans, keep = chunks.select(split, lines, starts)
     if all(keep):
         return _parse(text, path)
     try:

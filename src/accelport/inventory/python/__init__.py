@@ -53,7 +53,6 @@ _KEEP_WORDS = frozenset(
         b"ProfilerActivity",
     }
 )
-_TRIPLE = re.compile(rb'"""|\'\'\'')
 _IMPORT_LINE = re.compile(rb"[ \t]*(?:import|from)[ \t]")
 
 
@@ -64,14 +63,14 @@ def _package_words() -> frozenset[bytes]:
     return frozenset(name.split(".")[0].encode() for name in knowledge.packages())
 
 
-def code_token_lines(data: bytes) -> set[int]:
+def code_token_lines(data: bytes, edges: list[int] | None = None) -> set[int]:
     """Lines where a CUDA token appears in code: outside comments and triple-quoted strings.
 
     Conservative by construction: a token is dropped only when it is plainly in a
     `#` comment (no quote before the `#` on its line), inside a triple-quoted
-    string, or part of a longer identifier no rule reports; the AST settles the rest.
+    string (`edges` from `chunks.string_edges`; with None no line counts as inside
+    one), or part of a longer identifier no rule reports; the AST settles the rest.
     """
-    triples = None
     packages = _package_words()
     lines: set[int] = set()
     line = 1
@@ -108,9 +107,7 @@ def code_token_lines(data: bytes) -> set[int]:
         hash_at = prefix.find(b"#")
         if hash_at >= 0 and b'"' not in prefix[:hash_at] and b"'" not in prefix[:hash_at]:
             continue  # in a comment
-        if triples is None:
-            triples = [m.start() for m in _TRIPLE.finditer(data)]
-        if triples and bisect.bisect_left(triples, start) % 2 == 1:
+        if chunks.inside_string(edges, start):
             continue  # inside a docstring or other triple-quoted string
         lines.add(line)
     return lines
@@ -255,10 +252,13 @@ def _parse(text: str, display: str, cell: int | None) -> ast.Module:
             raise ScanSkipped(f"does not parse as Python ({exc})") from None
 
 
-def _parse_needed(ctx: PyContext, text: str, lines: list[str], wanted: set[int]) -> tuple[ast.Module, set[int]] | None:
+def _parse_needed(
+    ctx: PyContext, text: str, lines: list[str], wanted: set[int], starts: list[int] | None
+) -> tuple[ast.Module, set[int]] | None:
     """Parse only the top-level statements holding wanted lines, plus the imports; None to parse it all."""
-    found = chunks.select(lines, wanted, chunks.statement_starts(lines))
-    spans, keep = found
+    if starts is None:
+        return None  # statement starts could not be told apart safely
+    spans, keep = chunks.select(lines, wanted, starts)
     if all(keep):
         return None
     for _ in range(2):
@@ -286,6 +286,7 @@ def scan_python_text(
     cell: int | None = None,
     wanted: set[int] | None = None,
     aliases: dict[str, str] | None = None,
+    data: bytes | None = None,
 ) -> list[Finding]:
     """Findings for one piece of Python source (a file, or a notebook cell).
 
@@ -298,7 +299,10 @@ def scan_python_text(
     ctx = PyContext(source, lines, cell)
     if aliases is not None:
         ctx.aliases = aliases
-    partial = _parse_needed(ctx, text, lines, wanted) if wanted is not None and cell is None else None
+    partial = None
+    if wanted is not None and cell is None:
+        starts = chunks.statement_starts(data if data is not None else text.encode("utf-8", "surrogatepass"))
+        partial = _parse_needed(ctx, text, lines, wanted, starts)
     if partial is not None:
         tree, extra = partial
     else:
@@ -317,10 +321,11 @@ class PythonScanner(FileScanner):
     prefilter = _ANCHORS
 
     def scan(self, source: SourceFile) -> list[Finding]:
-        wanted = code_token_lines(source.data)
+        data = source.data
+        wanted = code_token_lines(data, chunks.string_edges(data))
         if not wanted:
             return []  # every CUDA token sits in a comment or docstring
-        findings = scan_python_text(source, source.text, wanted=wanted)
+        findings = scan_python_text(source, source.text, wanted=wanted, data=data)
         if findings and MARKER_WORD in source.data:
             findings = acknowledge(findings, source.lines)
         return findings
@@ -357,7 +362,8 @@ class NotebookScanner(FileScanner):
                 continue  # a cell magic (%%bash, %%writefile ...): not Python
             # IPython-only lines are not Python: blank them, keeping line numbers.
             text = "\n".join("" if _MAGIC.search(line) else line for line in text.split("\n"))
-            wanted = code_token_lines(text.encode("utf-8", "surrogatepass"))
+            encoded = text.encode("utf-8", "surrogatepass")
+            wanted = code_token_lines(encoded, chunks.string_edges(encoded))
             try:
                 # Every code cell is parsed, if only to bind its imports for later cells.
                 findings.extend(scan_python_text(source, text, cell=number, wanted=wanted, aliases=aliases))

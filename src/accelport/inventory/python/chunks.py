@@ -2,10 +2,11 @@
 
 A file's other top-level statements are blanked (line count kept, so every line
 and column stays where it was) before `ast.parse`. Statement starts are found
-without a tokenizer: a line at column 0 that begins a name or decorator, outside a
-triple-quoted string and not after a backslash continuation. When that guess is
-wrong the blanked text does not parse, and the caller parses the whole file
-instead, so a wrong guess costs time, never findings.
+without a tokenizer, on the raw bytes: a line at column 0 that begins a name or
+decorator, outside a triple-quoted string and not after a backslash continuation.
+When that guess is wrong the blanked text does not parse and the caller parses the
+whole file instead, so a wrong guess costs time, never findings; where the string
+layout is ambiguous no guess is made at all.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import bisect
 import re
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
-_CONTINUATION = ("else", "elif", "except", "finally")
-_TRIPLE = re.compile(r'"""|\'\'\'')
-_DEFINITION = ("def ", "async ", "class ", "@")
+_CONTINUATION = (b"else", b"elif", b"except", b"finally")
+_DEFINITION = (b"def ", b"async ", b"class ", b"@")
+_TRIPLE = re.compile(rb'"""|' + rb"'''")
+_COLUMN_ZERO = re.compile(rb"^[A-Za-z_@][^\n]*", re.MULTILINE)
 
 
 def split_lines(text: str) -> list[str]:
@@ -24,61 +26,69 @@ def split_lines(text: str) -> list[str]:
     return LINE_BREAK.split(text)
 
 
-_COLUMN_ZERO = re.compile(r"^[A-Za-z_@][^\n]*", re.MULTILINE)
+def string_edges(data: bytes) -> list[int] | None:
+    """Byte offsets where triple-quoted strings open and close, alternating; None when unsure.
+
+    Unsure means a triple quote that might sit inside a one-line string (an odd number
+    of quote characters before it on its line): then no line may be treated as inside
+    a string. A triple quote after a plain `#` comment start is ignored.
+    """
+    edges: list[int] = []
+    state: bytes | None = None
+    for match in _TRIPLE.finditer(data):
+        quote = match.group()
+        at = match.start()
+        if state is None:
+            line_start = data.rfind(b"\n", 0, at) + 1
+            before = data[line_start:at]
+            hash_at = before.find(b"#")
+            if hash_at >= 0 and b'"' not in before[:hash_at] and b"'" not in before[:hash_at]:
+                continue  # in a comment
+            if before.count(b'"') % 2 or before.count(b"'") % 2:
+                return None  # maybe inside a one-line string: do not guess
+            state = quote
+            edges.append(at)
+        elif quote == state:
+            state = None
+            edges.append(match.end())
+    if state is not None:
+        edges.append(len(data))  # unterminated: open to the end
+    return edges
 
 
-def statement_starts(lines: list[str]) -> list[int]:
-    """0-based indices of the lines that start a top-level statement."""
-    text = "\n".join(lines)
-    # Where triple-quoted strings open and close (quotes inside comments skipped).
-    string_edges = _string_ranges(lines) if ('"""' in text or "\'\'\'" in text) else []
+def inside_string(edges: list[int] | None, offset: int) -> bool:
+    """Is this byte offset inside a triple-quoted string? (never, when `edges` is None)"""
+    return bool(edges) and bisect.bisect_right(edges, offset) % 2 == 1
+
+
+def statement_starts(data: bytes, edges: list[int] | None = None) -> list[int] | None:
+    """0-based indices of the lines that start a top-level statement; None when unsure."""
+    if edges is None:
+        edges = string_edges(data)
+    if edges is None or (b"\r" in data and data.count(b"\r") != data.count(b"\r\n")):
+        return None  # ambiguous strings, or lone \r line ends that the parser counts differently
     starts: list[int] = []
     decorating = False
     line_number = 0
     position = 0
-    for match in _COLUMN_ZERO.finditer(text):
+    for match in _COLUMN_ZERO.finditer(data):
         start = match.start()
-        line_number += text.count("\n", position, start)
+        line_number += data.count(b"\n", position, start)
         position = start
-        if string_edges and bisect.bisect_right(string_edges, start) % 2 == 1:
-            continue  # inside a triple-quoted string
-        if start >= 2 and text[start - 2] == "\\":
+        if inside_string(edges, start):
+            continue
+        if data[max(0, start - 3) : max(0, start - 1)].rstrip(b"\r").endswith(b"\\"):
             continue  # the previous line ends with a backslash continuation
         line = match.group()
-        word = line.split(None, 1)[0].rstrip(":")
+        word = line.split(None, 1)[0].rstrip(b":")
         if word in _CONTINUATION:
             continue
         if decorating and line.startswith(_DEFINITION):
-            decorating = line.startswith("@")  # still inside one decorated definition
+            decorating = line.startswith(b"@")  # still inside one decorated definition
             continue
         starts.append(line_number)
-        decorating = line.startswith("@")
+        decorating = line.startswith(b"@")
     return starts
-
-
-def _string_ranges(lines: list[str]) -> list[int]:
-    """Offsets (in the \\n-joined text) where triple-quoted strings open and close, alternating."""
-    edges: list[int] = []
-    state: str | None = None
-    offset = 0
-    for line in lines:
-        if '"""' in line or "\'\'\'" in line:
-            for match in _TRIPLE.finditer(line):
-                quote = match.group()
-                if state is None:
-                    before = line[: match.start()]
-                    hash_at = before.find("#")
-                    if hash_at >= 0 and '"' not in before[:hash_at] and "'" not in before[:hash_at]:
-                        break
-                    state = quote
-                    edges.append(offset + match.start())
-                elif quote == state:
-                    state = None
-                    edges.append(offset + match.end())
-        offset += len(line) + 1
-    if state is not None:
-        edges.append(offset)  # unterminated: open to the end
-    return edges
 
 
 def _is_import_chunk(lines: list[str], start: int, end: int) -> bool:
