@@ -38,6 +38,20 @@ def test_clean_training_run_passes():
     assert "rss" in result.slopes()
 
 
+def test_planted_step_time_drift_is_detected():
+    step = _training_step()
+    count = [0]
+
+    def slowing():
+        count[0] += 1
+        time.sleep(0.002 + 0.0004 * count[0])  # each step 0.4 ms slower than the last: 16 ms slower by step 40
+        return step()
+
+    result = soak.run(slowing, steps=40)
+    assert not result.passed
+    assert any(f.startswith("step time drifts up") for f in result.failures())
+
+
 def test_planted_leak_is_detected():
     step = _training_step()
     kept = []

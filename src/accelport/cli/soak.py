@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         warmup_steps=args.warmup_steps,
         hang_timeout_s=soak.parse_duration(args.hang_timeout),
         max_time_drift=args.max_time_drift,
+        min_time_drift_s=args.min_time_drift_ms / 1e3,
         max_memory_growth_bytes=int(args.max_memory_growth * 2**20),
         spike_z=args.spike_z,
         max_spikes=args.max_spikes,
@@ -81,6 +82,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--hang-timeout", default="300s", metavar="TIME", help="no step for this long is a hang (default: %(default)s)")
     parser.add_argument("--warmup-steps", type=int, default=5, help="steps left out of the drift fits (default: %(default)s)")
     parser.add_argument("--max-time-drift", type=float, default=0.25, metavar="REL", help="allowed step-time growth over the run (default: %(default)s)")
+    parser.add_argument(
+        "--min-time-drift-ms",
+        type=float,
+        default=2.0,
+        metavar="MS",
+        help="drift below this many milliseconds per step is load noise, not a failure (default: %(default)s)",
+    )
     parser.add_argument("--max-memory-growth", type=float, default=16.0, metavar="MIB", help="allowed memory growth over the run (default: %(default)s MiB)")
     parser.add_argument("--spike-z", type=float, default=6.0, help="robust z-score of a loss spike (default: %(default)s)")
     parser.add_argument("--max-spikes", type=int, default=0, help="loss spikes allowed (default: %(default)s)")

@@ -12,7 +12,7 @@ loss and grad norm. The verdict fails on:
 * NaN/Inf in loss or grad norm, and loss spikes (robust rolling z-score);
 * memory growth (host RSS, malloc'd heap bytes, device memory): a Theil–Sen slope whose 95% interval is above zero, still
   growing in the second half, and projected above `max_memory_growth_bytes`;
-* step-time drift above `max_time_drift` (relative change over the run).
+* step-time drift above `max_time_drift` (relative change over the run) and `min_time_drift_s`.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class SoakLimits:
     warmup_steps: int = 5  # allocator and cache warm-up: not part of the drift fits
     hang_timeout_s: float = 300.0
     max_time_drift: float = 0.25  # relative step-time change over the run
+    min_time_drift_s: float = 0.002  # ...and at least this much slower per step: sub-millisecond steps drift with machine load alone
     max_memory_growth_bytes: int = 16 << 20  # projected growth over the run, per memory series
     spike_z: float = 6.0  # robust z-score (median/MAD) of a loss spike
     spike_min_rel: float = 0.5  # ...and at least this far above the rolling median, relatively
@@ -153,8 +154,17 @@ class SoakResult:
             reasons.append(f"{len(self.spikes)} loss spike(s) (allowed {self.limits.max_spikes}), first at step {self.spikes[0]['step']}")
         for key, fit in self.slopes().items():
             if key == "step_time":
-                if fit.low > 0 and fit.late > 0 and fit.relative is not None and fit.relative > self.limits.max_time_drift:
-                    reasons.append(f"step time drifts up {fit.relative * 100:.0f}% over the run (limit {self.limits.max_time_drift * 100:.0f}%)")
+                if (
+                    fit.low > 0
+                    and fit.late > 0
+                    and fit.relative is not None
+                    and fit.relative > self.limits.max_time_drift
+                    and fit.growth > self.limits.min_time_drift_s
+                ):
+                    reasons.append(
+                        f"step time drifts up {fit.relative * 100:.0f}% ({fit.growth * 1e3:.1f} ms per step) over the run "
+                        f"(limit {self.limits.max_time_drift * 100:.0f}% and {self.limits.min_time_drift_s * 1e3:g} ms)"
+                    )
             elif fit.low > 0 and fit.late > 0.25 * fit.per_step and fit.growth > self.limits.max_memory_growth_bytes:
                 reasons.append(
                     f"{key} grows {fit.per_step / 1024:.1f} KiB/step ({fit.growth / 2**20:.1f} MiB over the run; "
