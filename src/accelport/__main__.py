@@ -1,5 +1,5 @@
 """`python -m accelport` entry point."""
 
-from accelport.cli import main
+from accelport.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -386,13 +386,17 @@ class Report:
         data = self.to_dict()
         findings = data.pop("findings")
         skipped = data.pop("skipped")
+        files = data.pop("files")
         head = json.dumps(data, indent=2, ensure_ascii=False)[:-2]  # drop the closing "\n}"
         compact = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
 
         def block(items: list) -> str:
             return "[\n" + ",\n".join(f"    {compact(item)}" for item in items) + "\n  ]" if items else "[]"
 
-        return f'{head},\n  "findings": {block(findings)},\n  "skipped": {block(skipped)}\n}}\n'
+        return (
+            f'{head},\n  "files": {block(files)},\n  "findings": {block(findings)},\n'
+            f'  "skipped": {block(skipped)}\n}}\n'
+        )
 
 
     @classmethod

@@ -97,6 +97,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+_quick_exit = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # accelport's CPU-side tools must not fail because a vendor adapter is half-installed
     # (torch imports every backend entry point; a broken one makes `import torch` raise).
@@ -119,7 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from accelport import knowledge
 
             knowledge.set_user_files(args.knowledge)
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        global _quick_exit
+        _quick_exit = bool(getattr(sys.modules.get(args.handler.__module__), "QUICK_EXIT", False))
+        return code
     except UserError as exc:
         print(f"accelport: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -131,3 +137,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+
+
+def entry() -> None:
+    """The console script: `main`, then a quick exit for commands that ask for one.
+
+    Tearing down the interpreter frees every object one by one; after a scan of a large
+    tree that was a tenth of the run. A command that has written and closed all its
+    output sets `QUICK_EXIT` on its module, and the process ends at once.
+    """
+    code = main()
+    if _quick_exit:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+        logging.shutdown()
+        os._exit(code)
+    raise SystemExit(code)

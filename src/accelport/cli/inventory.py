@@ -14,6 +14,9 @@ import os
 from accelport.cli._output import Progress, Style, emit, use_color
 from accelport.errors import UserError
 
+# All output is written and closed when `run` returns: the process may end at once (cli.entry).
+QUICK_EXIT = True
+
 ORDER = 10
 FAIL_LEVELS = ("any", "low", "medium", "high")
 

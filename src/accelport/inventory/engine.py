@@ -7,10 +7,9 @@ import gc
 import logging
 import multiprocessing
 import os
+import queue
 import re
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
 from accelport import __version__, knowledge
@@ -99,8 +98,8 @@ def _scan_chunk(chunk: Sequence[Candidate]) -> list[FileResult]:
 
 
 def _chunks(files: Sequence[Candidate], jobs: int) -> list[list[Candidate]]:
-    """Chunks of about equal bytes, several per worker so a slow chunk does not stall the end."""
-    target = max(sum(f.size for f in files) // (jobs * 8), 1)
+    """Chunks of about equal bytes, many per worker so that no one waits long at the end."""
+    target = max(sum(f.size for f in files) // (jobs * 24), 1)
     chunks: list[list[Candidate]] = [[]]
     size = 0
     for candidate in files:
@@ -112,49 +111,102 @@ def _chunks(files: Sequence[Candidate], jobs: int) -> list[list[Candidate]]:
     return [c for c in chunks if c]
 
 
+def _claim(counter, total: int) -> int | None:
+    """The next unclaimed chunk index, shared by every process; None when all are taken."""
+    with counter.get_lock():
+        index = counter.value
+        if index >= total:
+            return None
+        counter.value = index + 1
+    return index
+
+
+def _worker(chunks: list[list[Candidate]], counter, results) -> None:
+    gc.disable()
+    try:
+        while (index := _claim(counter, len(chunks))) is not None:
+            try:
+                results.put((index, [scan_file(c) for c in chunks[index]]))
+            except BaseException as exc:  # a UserError from site knowledge, or worse: the parent re-raises it
+                results.put((index, exc))
+                return
+    finally:
+        results.put(None)  # this worker is done
+        results.close()
+        results.join_thread()
+
+
 def run_scanners(
     files: Sequence[Candidate],
     jobs: int,
     on_progress: Callable[[int], None] | None = None,
 ) -> Iterable[FileResult]:
     total_bytes = sum(f.size for f in files)
-    if jobs <= 1 or len(files) < 2 or total_bytes < PARALLEL_MIN_BYTES:
+    if jobs <= 1 or len(files) < 2 or total_bytes < PARALLEL_MIN_BYTES or "fork" not in multiprocessing.get_all_start_methods():
         for chunk in _chunks(files, 1):
             yield from _scan_chunk(chunk)
             if on_progress:
                 on_progress(len(chunk))
         return
-    # This process works too, taking chunks from the far end of the queue while jobs-1
-    # workers take them from the front: one fewer process to start, and the chunks done
-    # here are never pickled. fork: workers inherit the loaded knowledge and scanners.
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    pending = deque(_chunks(files, jobs))
-    in_flight: set[Future] = set()
-    with ProcessPoolExecutor(max_workers=jobs - 1, mp_context=multiprocessing.get_context(method)) as pool:
+    # This process works too. Every process claims the next chunk from one shared counter,
+    # so the work balances to the last chunk; forked workers inherit the chunks, the loaded
+    # knowledge and the scanners, and only results travel (through a queue).
+    context = multiprocessing.get_context("fork")
+    chunks = _chunks(files, jobs)
+    counter = context.Value("i", 0)
+    results = context.Queue()
+    workers = [context.Process(target=_worker, args=(chunks, counter, results), daemon=True) for _ in range(jobs - 1)]
+    for worker in workers:
+        worker.start()
+    done: set[int] = set()
+    running = len(workers)
 
-        def feed() -> None:
-            while pending and len(in_flight) < 2 * (jobs - 1):
-                in_flight.add(pool.submit(_scan_chunk, pending.popleft()))
-
-        feed()
-        while pending or in_flight:
-            finished = [future for future in in_flight if future.done()]
-            if not finished and pending:
-                chunk = pending.pop()
-                finished_here = _scan_chunk(chunk)
-                yield from finished_here
-                if on_progress:
-                    on_progress(len(finished_here))
+    def collect(block: bool) -> Iterable[FileResult]:
+        nonlocal running
+        while running:
+            try:
+                item = results.get(timeout=0.5) if block else results.get_nowait()
+            except queue.Empty:
+                if not block:
+                    return
+                if not any(w.is_alive() for w in workers):
+                    running = 0  # a worker died without a word (killed): its chunks are rescanned below
                 continue
-            if not finished:
-                finished = list(wait(in_flight, return_when=FIRST_COMPLETED).done)
-            for future in finished:
-                in_flight.discard(future)
-                results = future.result()
-                yield from results
-                if on_progress:
-                    on_progress(len(results))
-            feed()
+            if item is None:
+                running -= 1
+                continue
+            index, payload = item
+            if isinstance(payload, BaseException):
+                raise payload
+            done.add(index)
+            yield from payload
+            if on_progress:
+                on_progress(len(payload))
+            if block:
+                return
+
+    try:
+        gc.disable()
+        while (index := _claim(counter, len(chunks))) is not None:
+            chunk_results = [scan_file(c) for c in chunks[index]]
+            done.add(index)
+            yield from chunk_results
+            if on_progress:
+                on_progress(len(chunk_results))
+            yield from collect(block=False)
+        while running:
+            yield from collect(block=True)
+        # Chunks claimed by a worker that died before it returned them: scan them here.
+        for index in range(len(chunks)):
+            if index not in done:
+                yield from _scan_chunk(chunks[index])
+    finally:
+        gc.enable()
+        for worker in workers:
+            if worker.is_alive():
+                worker.terminate()
+            worker.join()
+        results.close()
 
 
 def retarget(findings: list[Finding], target: str) -> list[Finding]:

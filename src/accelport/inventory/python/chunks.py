@@ -17,13 +17,24 @@ import re
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _CONTINUATION = (b"else", b"elif", b"except", b"finally")
 _DEFINITION = (b"def ", b"async ", b"class ", b"@")
-_TRIPLE = re.compile(rb'"""|' + rb"'''")
 _COLUMN_ZERO = re.compile(rb"^[A-Za-z_@][^\n]*", re.MULTILINE)
 
 
 def split_lines(text: str) -> list[str]:
     """Lines as the Python parser counts them (\\n, \\r\\n and \\r only; str.splitlines also splits on \\f)."""
     return LINE_BREAK.split(text)
+
+
+def _triple_quotes(data: bytes) -> list[int]:
+    """Offsets of every triple quote of either kind, in order (`bytes.find` beats a regex alternation)."""
+    found: list[int] = []
+    for quote in (b'"""', b"'''"):
+        at = data.find(quote)
+        while at >= 0:
+            found.append(at)
+            at = data.find(quote, at + 1)
+    found.sort()
+    return found
 
 
 def string_edges(data: bytes) -> list[int] | None:
@@ -35,9 +46,11 @@ def string_edges(data: bytes) -> list[int] | None:
     """
     edges: list[int] = []
     state: bytes | None = None
-    for match in _TRIPLE.finditer(data):
-        quote = match.group()
-        at = match.start()
+    resume = 0  # a closing quote ends at this offset: later matches start here
+    for at in _triple_quotes(data):
+        if at < resume:
+            continue  # overlaps the quote just taken (`""""` holds two)
+        quote = data[at : at + 3]
         if state is None:
             line_start = data.rfind(b"\n", 0, at) + 1
             before = data[line_start:at]
@@ -48,12 +61,31 @@ def string_edges(data: bytes) -> list[int] | None:
                 return None  # maybe inside a one-line string: do not guess
             state = quote
             edges.append(at)
+            resume = at + 3
         elif quote == state:
             state = None
-            edges.append(match.end())
+            edges.append(at + 3)
+            resume = at + 3
     if state is not None:
         edges.append(len(data))  # unterminated: open to the end
     return edges
+
+
+class LazyEdges:
+    """`string_edges(data)`, computed on first use: most files never need it."""
+
+    __slots__ = ("_done", "_edges", "data")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self._edges: list[int] | None = None
+        self._done = False
+
+    def get(self) -> list[int] | None:
+        if not self._done:
+            self._edges = string_edges(self.data)
+            self._done = True
+        return self._edges
 
 
 def inside_string(edges: list[int] | None, offset: int) -> bool:
@@ -61,10 +93,12 @@ def inside_string(edges: list[int] | None, offset: int) -> bool:
     return bool(edges) and bisect.bisect_right(edges, offset) % 2 == 1
 
 
-def statement_starts(data: bytes, edges: list[int] | None = None) -> list[int] | None:
+def statement_starts(data: bytes, edges: list[int] | LazyEdges | None = None) -> list[int] | None:
     """0-based indices of the lines that start a top-level statement; None when unsure."""
     if edges is None:
         edges = string_edges(data)
+    elif isinstance(edges, LazyEdges):
+        edges = edges.get()
     if edges is None or (b"\r" in data and data.count(b"\r") != data.count(b"\r\n")):
         return None  # ambiguous strings, or lone \r line ends that the parser counts differently
     starts: list[int] = []

@@ -38,6 +38,7 @@ def _api_index() -> tuple[dict[str, dict], list[tuple[str, dict]]]:
     return exact, prefixes
 
 
+@knowledge.derived_cache
 def lookup_api(qualname: str) -> tuple[str, dict] | None:
     """The catalogue entry for a qualified name: exact, through torch.cuda submodules, or by prefix."""
     exact, prefixes = _api_index()
@@ -59,6 +60,7 @@ def _package_index() -> list[tuple[str, dict]]:
     return sorted(knowledge.packages().items(), key=lambda kv: -len(kv[0]))
 
 
+@knowledge.derived_cache
 def lookup_package(qualname: str) -> tuple[str, dict] | None:
     """The CUDA-only package a module path belongs to (longest module prefix)."""
     for module, entry in _package_index():
