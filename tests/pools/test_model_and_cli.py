@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from accelport.errors import UserError
 from accelport.pools.kubernetes import render_http_route, render_kueue
@@ -13,8 +15,10 @@ from accelport.pools.model import job_from_toml, load_pools
 from accelport.pools.probes import parse_kueue, parse_volcano, probe_pools
 from accelport.pools.render import render_admin
 from accelport.pools.slurm import gres_conf, slurm_conf
+from accelport.pools.validate import validate_object
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pools"
+GOLDEN = Path(__file__).resolve().parent / "golden"
 JOB = str(EXAMPLES / "job.toml")
 POOLS = ["--pools", str(EXAMPLES / "cuda-pool.toml"), "--pools", str(EXAMPLES / "ascend-pool.toml")]
 
@@ -70,27 +74,53 @@ def test_duplicate_pool_names_across_files(tmp_path):
         load_pools([_write(tmp_path, "a.toml", text), _write(tmp_path, "b.toml", text)])
 
 
+def test_kueue_cluster_queue_matches_golden(golden_pools):
+    """Written by hand (tests/pools/golden/kueue-nvidia.yaml): cpu, memory and device quotas."""
+    expected = [doc for doc in yaml.safe_load_all((GOLDEN / "kueue-nvidia.yaml").read_text()) if doc]
+    objects = render_kueue([golden_pools["nvidia"].on("kubernetes")])
+    assert objects == expected
+    for obj in objects:
+        assert validate_object(obj) == [], obj["kind"]
+
+
 def test_kueue_admin_objects_put_every_pool_in_one_cohort(golden_pools):
     cuda = golden_pools["nvidia"].on("kubernetes")
     example = load_pools([EXAMPLES / "cuda-pool.toml"])[0].on("kubernetes")
-    objects = render_kueue([example, cuda])
+    # The example names its cohort, the golden pool takes the default: two cohorts cannot lend.
+    with pytest.raises(UserError, match=r"different cohorts: cuda \(accel-pools\), nvidia \(accelport-pools\)"):
+        render_kueue([example, cuda])
+    same = replace(cuda, kubernetes=replace(cuda.kubernetes, kueue=replace(cuda.kubernetes.kueue, cohort="accel-pools")))
+    objects = render_kueue([example, same])
     queues = [o for o in objects if o["kind"] == "ClusterQueue"]
-    assert len(queues) == 2
-    # The example names its cohort; the golden pool takes the default one.
-    assert sorted(q["spec"]["cohortName"] for q in queues) == ["accel-pools", "accelport-pools"]
+    assert [q["spec"]["cohortName"] for q in queues] == ["accel-pools", "accel-pools"]
     cq = next(q for q in queues if q["metadata"]["name"] == "cuda-cq")
     group = cq["spec"]["resourceGroups"][0]
-    assert group["coveredResources"] == ["nvidia.com/gpu"]
-    assert group["flavors"] == [{"name": "cuda-h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 128}]}]
+    # examples/pools/cuda-pool.toml: 16 nodes of 8 devices, 112 cpus and 2048Gi each.
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
+    assert group["flavors"] == [
+        {
+            "name": "cuda-h100",
+            "resources": [
+                {"name": "cpu", "nominalQuota": 1792},
+                {"name": "memory", "nominalQuota": "32768Gi"},
+                {"name": "nvidia.com/gpu", "nominalQuota": 128},
+            ],
+        }
+    ]
+
+
+def test_kueue_pool_without_cpu_or_memory_per_node_is_refused(golden_pools):
+    cuda = replace(golden_pools["nvidia"].on("kubernetes"), cpus_per_node=0)
+    with pytest.raises(UserError, match=r"no cpus_per_node; set pool\.nvidia\.cpus_per_node"):
+        render_kueue([cuda])
+    with pytest.raises(UserError, match=r"no size: set pool\.nvidia\.nodes"):
+        render_kueue([replace(cuda, cpus_per_node=8, nodes=0, capacity=0)])
 
 
 def test_http_route_weights_and_deployments(tmp_path, golden_pools):
     job = job_from_toml(_write(tmp_path, "svc.toml", '[job]\nname = "llm"\ncommand = ["vllm", "serve", "m"]\nlauncher = "none"\n'
                                'devices_per_node = 1\n[job.service]\nport = 8000\n[job.images]\ncuda = "vllm:cuda"\nnpu = "vllm-ascend:npu"\n'))
-    from dataclasses import replace
-
     from accelport.pools.model import PoolState
-    from accelport.pools.validate import validate_object
 
     cuda = replace(golden_pools["nvidia"].on("kubernetes"), weight=90)
     ascend = replace(golden_pools["ascend"].on("kubernetes"), state=PoolState.CANARY, weight=10)

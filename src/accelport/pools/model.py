@@ -133,8 +133,12 @@ class Pool:
     engine: str
     state: PoolState = PoolState.PRIMARY
     weight: int = 1
-    capacity: int = 0
+    capacity: int = 0  # devices in the pool; 0: not stated
     failover_order: int = 100
+    nodes: int = 0  # nodes in the pool; 0: not stated
+    devices_per_node: int = 8
+    cpus_per_node: int = 0  # 0: not stated
+    memory_per_node: str = ""  # Kubernetes quantity (Ki/Mi/Gi/Ti); "": not stated
     slurm: SlurmTarget | None = None
     kubernetes: KubernetesTarget | None = None
     source: str = ""
@@ -148,6 +152,13 @@ class Pool:
         if getattr(self, engine) is None:
             raise UserError(f"{self.source}: pool {self.name!r} has no [pool.{engine}] table; add one to render it for {engine}")
         return replace(self, engine=engine)
+
+    @property
+    def node_count(self) -> int:
+        """Nodes in the pool: as stated, else the capacity in whole nodes; 0 when neither is known."""
+        if self.nodes:
+            return self.nodes
+        return -(-self.capacity // self.devices_per_node) if self.capacity else 0
 
 
 # --------------------------------------------------------------------------- parsing
@@ -414,6 +425,11 @@ def _pool_from(table: _Table) -> Pool:
             kueue=kueue,
         )
         kube_table.done()
+    memory_per_node = table.get("memory_per_node", str, "")
+    if memory_per_node and not _MEMORY.match(memory_per_node):
+        raise UserError(
+            f"{origin}: pool.{name}.memory_per_node {memory_per_node!r} must be an integer with Ki, Mi, Gi or Ti (for example '512Gi')"
+        )
     pool = Pool(
         name=name,
         vendor=profile,
@@ -422,6 +438,10 @@ def _pool_from(table: _Table) -> Pool:
         weight=table.positive("weight", 1, minimum=0),
         capacity=table.positive("capacity", 0, minimum=0),
         failover_order=table.positive("failover_order", 100, minimum=0),
+        nodes=table.positive("nodes", 0, minimum=0),
+        devices_per_node=table.positive("devices_per_node", 8),
+        cpus_per_node=table.positive("cpus_per_node", 0, minimum=0),
+        memory_per_node=memory_per_node,
         slurm=slurm,
         kubernetes=kube,
         source=origin,
@@ -430,6 +450,12 @@ def _pool_from(table: _Table) -> Pool:
     if getattr(pool, engine) is None:
         raise UserError(f"{origin}: pool.{name}.engine is {engine!r} but there is no [pool.{engine}] table; add it")
     return pool
+
+
+def scale_memory(quantity: str, factor: int) -> str:
+    """`factor` times a quantity like '512Gi', in the same unit."""
+    number, unit = _MEMORY.match(quantity).groups()  # type: ignore[union-attr]
+    return f"{int(number) * factor}{unit}"
 
 
 def pools_from_toml(path: str | Path) -> list[Pool]:
