@@ -109,6 +109,33 @@ def test_kueue_admin_objects_put_every_pool_in_one_cohort(golden_pools):
     ]
 
 
+def test_device_quota_defaults_to_the_pools_device_count(tmp_path, golden_pools):
+    # The golden pool states nodes = 4 and devices_per_node = 4 but no capacity.
+    nvidia = golden_pools["nvidia"].on("kubernetes")
+    assert nvidia.capacity == 16
+    text = ('[[pool]]\nname = "k"\nvendor = "cuda"\nengine = "kubernetes"\nnodes = 3\ncpus_per_node = 8\n'
+            'memory_per_node = "64Gi"\n[pool.kubernetes]\nscheduler = "kueue"\nqueue = "k-lq"\n')
+    pool = load_pools([_write(tmp_path, "k.toml", text)])[0]
+    quotas = render_kueue([pool])[1]["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    # devices_per_node defaults to 8: 3 x 8, never 0.
+    assert quotas == [
+        {"name": "cpu", "nominalQuota": 24},
+        {"name": "memory", "nominalQuota": "192Gi"},
+        {"name": "nvidia.com/gpu", "nominalQuota": 24},
+    ]
+    # A pool built in code with nodes but no capacity still gets nodes x devices.
+    quotas = render_kueue([replace(nvidia, capacity=0)])[1]["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert quotas[-1] == {"name": "nvidia.com/gpu", "nominalQuota": 16}
+
+
+def test_capacity_that_contradicts_nodes_is_refused(tmp_path):
+    text = '[[pool]]\nname = "a"\nvendor = "cuda"\nengine = "slurm"\ncapacity = 10\nnodes = 2\n[pool.slurm]\npartition = "p"\n'
+    path = _write(tmp_path, "p.toml", text)
+    with pytest.raises(UserError) as info:
+        load_pools([path])
+    assert str(path) in str(info.value) and "capacity is 10 but nodes x devices_per_node is 2 x 8 = 16" in str(info.value)
+
+
 def test_kueue_pool_without_cpu_or_memory_per_node_is_refused(golden_pools):
     cuda = replace(golden_pools["nvidia"].on("kubernetes"), cpus_per_node=0)
     with pytest.raises(UserError, match=r"no cpus_per_node; set pool\.nvidia\.cpus_per_node"):

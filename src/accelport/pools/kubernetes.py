@@ -189,7 +189,8 @@ def _kueue_quotas(pool: Pool) -> list[dict[str, Any]]:
             f"{where} but no {' or '.join(missing)}; set {', '.join(f'pool.{pool.name}.{k}' for k in missing)} "
             "(its cpu and memory quotas are nodes x these)"
         )
-    device: dict[str, Any] = {"name": kube.resource, "nominalQuota": pool.capacity}
+    # Never 0: a zero quota admits nothing unless borrowed, which silently starves the pool.
+    device: dict[str, Any] = {"name": kube.resource, "nominalQuota": pool.devices}
     if queue.borrowing_limit is not None:
         device["borrowingLimit"] = queue.borrowing_limit
     if queue.lending_limit is not None:
@@ -264,8 +265,8 @@ def render_volcano_queues(pools: list[Pool]) -> list[dict[str, Any]]:
         if kube is None or kube.scheduler != "volcano":
             continue
         spec: dict[str, Any] = {"weight": max(pool.weight, 1), "reclaimable": pool.state is not PoolState.PRIMARY}
-        if pool.capacity:
-            spec["capability"] = {kube.resource: pool.capacity}
+        if pool.devices:
+            spec["capability"] = {kube.resource: pool.devices}
         objects.append(
             {
                 "apiVersion": "scheduling.volcano.sh/v1beta1",

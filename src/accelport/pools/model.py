@@ -154,6 +154,11 @@ class Pool:
         return replace(self, engine=engine)
 
     @property
+    def devices(self) -> int:
+        """Devices in the pool: the stated capacity, else nodes x devices per node; 0 when neither is known."""
+        return self.capacity or self.nodes * self.devices_per_node
+
+    @property
     def node_count(self) -> int:
         """Nodes in the pool: as stated, else the capacity in whole nodes; 0 when neither is known."""
         if self.nodes:
@@ -447,6 +452,13 @@ def _pool_from(table: _Table) -> Pool:
         source=origin,
     )
     table.done()
+    if pool.nodes and pool.capacity and pool.capacity != pool.nodes * pool.devices_per_node:
+        raise UserError(
+            f"{origin}: pool.{name}.capacity is {pool.capacity} but nodes x devices_per_node is "
+            f"{pool.nodes} x {pool.devices_per_node} = {pool.nodes * pool.devices_per_node}; drop capacity or make them agree"
+        )
+    if pool.nodes and not pool.capacity:
+        pool = replace(pool, capacity=pool.devices)
     if getattr(pool, engine) is None:
         raise UserError(f"{origin}: pool.{name}.engine is {engine!r} but there is no [pool.{engine}] table; add it")
     return pool

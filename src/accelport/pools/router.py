@@ -118,8 +118,8 @@ def ticket(job_id: str) -> float:
 def _why_not(job: JobSpec, pool: Pool) -> str:
     if pool.state is PoolState.DRAIN:
         return "drained"
-    if pool.capacity and job.devices > pool.capacity:
-        return f"needs {job.devices} devices, pool has {pool.capacity}"
+    if pool.devices and job.devices > pool.devices:
+        return f"needs {job.devices} devices, pool has {pool.devices}"
     if pool.engine == "kubernetes" and pool.vendor.key not in job.images and not (pool.kubernetes and pool.kubernetes.image):
         return f"job has no image for vendor {pool.vendor.key}"
     if pool.weight == 0 and pool.state is not PoolState.BACKUP:
@@ -183,7 +183,7 @@ def decide(
 
     eligible = [p for p in ordered if not _why_not(job, p)]
     if not eligible:
-        largest = max((p.capacity for p in pools if p.state is not PoolState.DRAIN), default=0)
+        largest = max((p.devices for p in pools if p.state is not PoolState.DRAIN), default=0)
         if largest and job.devices > largest:
             return done(
                 None,
