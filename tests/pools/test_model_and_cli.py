@@ -239,3 +239,50 @@ def test_cli_errors_are_one_line_exit_2(cli, tmp_path):
     assert result.code == 2 and "file not found" in result.err and len(result.err.strip().splitlines()) == 1
     result = cli("pools", "route", JOB, *POOLS, "--signals", _write(tmp_path, "bad.json", "{"))
     assert result.code == 2 and "not valid JSON" in result.err
+
+
+def _one_line_exit_2(result, *expected):
+    assert result.code == 2, (result.code, result.out, result.err)
+    assert "Traceback" not in result.err and len(result.err.strip().splitlines()) == 1, result.err
+    for text in expected:
+        assert text in result.err, result.err
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("list.yaml", "- a\n- b\n", "YAML document 1 is a list, not a mapping"),
+        ("mixed.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n---\njust text\n", "YAML document 2 is a str, not a mapping"),
+        ("empty.yaml", "", "is empty"),
+        ("blank.sbatch", "\n  \n", "is empty"),
+        ("nothing.yaml", "---\n---\n", "holds no Kubernetes objects"),
+    ],
+)
+def test_cli_validate_files_bad_input_is_one_line_exit_2(cli, tmp_path, name, text, expected):
+    path = _write(tmp_path, name, text)
+    _one_line_exit_2(cli("pools", "validate", "--files", path), str(path), expected)
+
+
+@pytest.mark.parametrize("version", ["9.99", "banana", "1"])
+def test_cli_unknown_kubernetes_version_is_one_line_exit_2(cli, version):
+    result = cli("pools", "validate", JOB, *POOLS, "--engine", "kubernetes", "--k8s-version", version)
+    _one_line_exit_2(result, f"--k8s-version {version!r}", "use one of 1.")
+
+
+def test_cli_known_kubernetes_version_still_validates(cli):
+    assert cli("pools", "validate", JOB, *POOLS, "--engine", "kubernetes", "--k8s-version", "1.30").code == 0
+
+
+def test_cli_unwritable_output_folders_are_one_line_exit_2(cli, tmp_path):
+    blocker = _write(tmp_path, "a-file", "x")  # a folder below a file cannot be made, even by root
+    _one_line_exit_2(cli("pools", "render", JOB, *POOLS, "--output-dir", blocker / "out"), str(blocker / "out"), "--output-dir")
+    _one_line_exit_2(cli("pools", "render", JOB, *POOLS, "--output-dir", blocker), "is not a directory")
+    result = cli("pools", "submit", JOB, *POOLS, "--dry-run", "--workdir", blocker / "w")
+    _one_line_exit_2(result, str(blocker / "w"), "--workdir")
+
+
+@pytest.mark.parametrize(("flag", "expected"), [("job", "has no [job] table"), ("pools", "has no [[pool]] table")])
+def test_cli_empty_spec_files_are_one_line_exit_2(cli, tmp_path, flag, expected):
+    empty = _write(tmp_path, "empty.toml", "")
+    argv = [empty, *POOLS] if flag == "job" else [JOB, "--pools", empty]
+    _one_line_exit_2(cli("pools", "render", *argv), str(empty), expected)

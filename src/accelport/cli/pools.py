@@ -52,7 +52,10 @@ def _write_or_print(artefacts, args: argparse.Namespace) -> None:
         if out.exists() and not out.is_dir():
             raise UserError(f"{out}: is not a directory; give a folder for --output-dir")
         for artefact in artefacts:
-            atomic_write_text(out / artefact.filename, artefact.text)
+            try:
+                atomic_write_text(out / artefact.filename, artefact.text)
+            except OSError as exc:
+                raise UserError(f"{out}: cannot write {artefact.filename} there ({exc.strerror or exc}); choose another --output-dir") from None
         listing = "\n".join(str(out / a.filename) for a in artefacts)
         emit(listing + "\n", None)
         return
@@ -102,13 +105,24 @@ def _artefacts_from_files(paths: list[str]):
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise UserError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
+        if path.suffix in (".yaml", ".yml", ".json", ".sbatch", ".sh") and not text.strip():
+            raise UserError(f"{path}: is empty; give a rendered manifest or batch script (accelport pools render --output-dir DIR)")
         if path.suffix in (".yaml", ".yml", ".json"):
             import yaml
 
             try:
-                objects = [o for o in yaml.safe_load_all(text) if o is not None]
+                documents = list(yaml.safe_load_all(text))
             except yaml.YAMLError as exc:
                 raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]}); fix the file") from None
+            objects = [o for o in documents if o is not None]
+            if not objects:
+                raise UserError(f"{path}: holds no Kubernetes objects, only empty YAML documents")
+            for number, doc in enumerate(documents, 1):
+                if doc is not None and not isinstance(doc, dict):
+                    raise UserError(
+                        f"{path}: YAML document {number} is a {type(doc).__name__}, not a mapping; "
+                        "each document must be one Kubernetes object (apiVersion, kind, metadata, ...)"
+                    )
             artefacts.append(Artefact(path.name, "manifest", text, objects=tuple(objects)))
         elif path.suffix in (".sbatch", ".sh"):
             artefacts.append(Artefact(path.name, "sbatch", text))
@@ -118,6 +132,10 @@ def _artefacts_from_files(paths: list[str]):
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    from accelport.pools.validate import check_k8s_version
+
+    if args.k8s_version:
+        check_k8s_version(args.k8s_version)
     if args.files:
         artefacts = _artefacts_from_files(args.files)
     else:
@@ -225,7 +243,10 @@ def run_submit(args: argparse.Namespace) -> int:
     pool = find_pool(pools, decision.pool)
     artefact = render_for_pool(job, pool)
     workdir = args.workdir or tempfile.mkdtemp(prefix="accelport-submit-")
-    result = submit(artefact, workdir, dry_run=args.dry_run)
+    try:
+        result = submit(artefact, workdir, dry_run=args.dry_run)
+    except OSError as exc:
+        raise UserError(f"{workdir}: cannot write {artefact.filename} there ({exc.strerror or exc}); choose another --workdir") from None
     if args.format == "json":
         emit(json.dumps({"decision": decision.to_dict(), "submission": result.to_dict(), "notes": notes}, indent=2) + "\n", args.output)
     else:
