@@ -286,3 +286,15 @@ def test_cli_empty_spec_files_are_one_line_exit_2(cli, tmp_path, flag, expected)
     empty = _write(tmp_path, "empty.toml", "")
     argv = [empty, *POOLS] if flag == "job" else [JOB, "--pools", empty]
     _one_line_exit_2(cli("pools", "render", *argv), str(empty), expected)
+
+
+@pytest.mark.parametrize("action", ["route", "submit"])
+def test_cli_pin_to_an_unknown_pool_is_one_line_exit_2(cli, tmp_path, action):
+    extra = ["--dry-run", "--workdir", tmp_path] if action == "submit" else []
+    result = cli("pools", action, JOB, *POOLS, "--pin", "ascned", *extra)
+    _one_line_exit_2(result, "--pin: no pool named 'ascned'; pools given: cuda, ascend")
+    assert not list(tmp_path.iterdir())  # nothing rendered or submitted
+    # A known pool that cannot take the job is a routing outcome, not bad input: exit 1.
+    drained = _write(tmp_path.parent, "drained.toml", (EXAMPLES / "ascend-pool.toml").read_text().replace('state = "canary"', 'state = "drain"'))
+    result = cli("pools", "route", JOB, "--pools", EXAMPLES / "cuda-pool.toml", "--pools", drained, "--pin", "ascend")
+    assert result.code == 1 and "drained" in result.out

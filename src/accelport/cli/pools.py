@@ -185,10 +185,22 @@ def _signals(args: argparse.Namespace, pools):
     return signals, commands, notes
 
 
+def _check_pin(args: argparse.Namespace, pools) -> None:
+    """An unknown --pin is a typo, not a routing outcome: bad input, exit 2."""
+    if args.pin:
+        from accelport.pools.model import find_pool
+
+        try:
+            find_pool(pools, args.pin)
+        except UserError as exc:
+            raise UserError(f"--pin: {exc}") from None
+
+
 def run_route(args: argparse.Namespace) -> int:
     from accelport.pools.router import decide, ramp_shares
 
     job, pools = _load(args)
+    _check_pin(args, pools)
     signals, commands, notes = _signals(args, pools)
     if args.simulate:
         decisions = [decide(job.with_id(f"{job.id}-{i}"), pools, signals, policy=args.policy) for i in range(args.simulate)]
@@ -236,6 +248,7 @@ def run_submit(args: argparse.Namespace) -> int:
     from accelport.pools.submit import submit
 
     job, pools = _load(args)
+    _check_pin(args, pools)
     signals, _, notes = _signals(args, pools)
     decision = decide(job, pools, signals, policy=args.policy, pin=args.pin)
     if decision.pool is None:
