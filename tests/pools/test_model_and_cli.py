@@ -205,7 +205,7 @@ def test_cli_render_both_engines(cli, tmp_path):
         "gres.conf", "kueue-queues.yaml", "slurm.conf", "tinylm-train-ascend.yaml", "tinylm-train-cuda.yaml", "volcano-queues.yaml",
     ]
     result = cli("pools", "render", JOB, *POOLS, "--engine", "slurm")
-    assert 'export ASCEND_RT_VISIBLE_DEVICES="${ASCEND_RT_VISIBLE_DEVICES:-0,1,2,3,4,5,6,7}"' in result.out
+    assert 'ASCEND_RT_VISIBLE_DEVICES="$(scontrol show job -d "$SLURM_JOB_ID" | accelport_gres_indices npu "$SLURMD_NODENAME")"' in result.out
     assert "#SBATCH --gres=gpu:h100:8" in result.out
 
 
