@@ -164,11 +164,18 @@ def test_http_route_weights_and_deployments(tmp_path, golden_pools):
         render_http_route(replace(job, service=None), [cuda], {})
 
 
-def test_slurm_admin_snippets(golden_pools):
+def test_slurm_admin_snippets_are_sized_by_the_pools_nodes_not_the_job(golden_job, golden_pools):
+    """Golden gres.conf / slurm.conf written by hand: nvidia nodes hold 4 devices, ascend nodes the default 8.
+
+    The golden job asks for 4 devices per node; sizing by the job would write [0-3] for ascend.
+    """
     pools = [golden_pools["nvidia"], golden_pools["ascend"]]
-    assert "NodeName=<ascend-nodes> AutoDetect=off Name=npu Type=910b" in gres_conf(pools)
-    assert "NodeName=<nvidia-nodes> AutoDetect=nvml Name=gpu Type=a100" in gres_conf(pools)
-    assert "GresTypes=gpu,npu" in slurm_conf(pools)
+    assert golden_job.devices_per_node == 4 and golden_pools["ascend"].devices_per_node == 8
+    files = {a.filename: a.text for a in render_admin(pools, golden_job)}
+    assert files["gres.conf"] == (GOLDEN / "gres.conf").read_text() == gres_conf(pools)
+    assert files["slurm.conf"] == (GOLDEN / "slurm.conf").read_text() == slurm_conf(pools)
+    bigger = replace(golden_job, devices_per_node=8)
+    assert {a.filename: a.text for a in render_admin(pools, bigger)}["gres.conf"] == files["gres.conf"]
 
 
 def test_kueue_and_volcano_status_parsing(golden_pools):

@@ -151,10 +151,11 @@ def render_sbatch(job: JobSpec, pool: Pool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def gres_conf(pools: list[Pool], nodes: dict[str, str] | None = None, devices_per_node: int = 8) -> str:
-    """gres.conf lines per Slurm pool: AutoDetect where Slurm knows the vendor, File= otherwise.
+def gres_conf(pools: list[Pool], nodes: dict[str, str] | None = None) -> str:
+    """gres.conf lines per Slurm pool, sized by the pool's nodes (devices_per_node), never by a job.
 
-    `nodes` maps pool name to its node list (default: a placeholder to fill in).
+    AutoDetect where Slurm knows the vendor, File= otherwise. `nodes` maps pool name to its
+    node list (default: a placeholder to fill in).
     """
     facts = scheduler_facts()["slurm"]
     lines = ["# gres.conf, rendered by accelport; fill in node names and device files for your site."]
@@ -164,24 +165,23 @@ def gres_conf(pools: list[Pool], nodes: dict[str, str] | None = None, devices_pe
         nodelist = (nodes or {}).get(pool.name, f"<{pool.name}-nodes>")
         autodetect = facts["autodetect"].get(pool.vendor.key, "off")
         type_part = f" Type={pool.slurm.gres_type}" if pool.slurm.gres_type else ""
-        last = devices_per_node - 1
-        lines.append(
-            f"NodeName={nodelist} AutoDetect={autodetect} Name={pool.slurm.gres}{type_part} "
-            f"File=/dev/<{pool.vendor.key}-device>[0-{last}]"
-        )
+        last = pool.devices_per_node - 1
+        files = f"/dev/<{pool.vendor.key}-device>[0-{last}]" if last else f"/dev/<{pool.vendor.key}-device>0"
+        lines.append(f"NodeName={nodelist} AutoDetect={autodetect} Name={pool.slurm.gres}{type_part} File={files}")
     return "\n".join(lines) + "\n"
 
 
-def slurm_conf(pools: list[Pool], nodes: dict[str, str] | None = None, devices_per_node: int = 8) -> str:
-    """slurm.conf lines: GresTypes, one NodeName line and one partition per Slurm pool."""
+def slurm_conf(pools: list[Pool], nodes: dict[str, str] | None = None) -> str:
+    """slurm.conf lines: GresTypes, one NodeName line (the pool's devices per node) and one partition per Slurm pool."""
     slurm_pools = [p for p in pools if p.slurm is not None]
     gres_types = sorted({p.slurm.gres for p in slurm_pools if p.slurm})
     lines = ["# slurm.conf excerpt, rendered by accelport.", f"GresTypes={','.join(gres_types)}"]
     for pool in slurm_pools:
         assert pool.slurm is not None
         nodelist = (nodes or {}).get(pool.name, f"<{pool.name}-nodes>")
+        cpus = f" CPUs={pool.cpus_per_node}" if pool.cpus_per_node else ""
         features = f" Features={pool.slurm.constraint}" if pool.slurm.constraint else ""
-        lines.append(f"NodeName={nodelist} Gres={gres_request(pool, devices_per_node)}{features}")
+        lines.append(f"NodeName={nodelist}{cpus} Gres={gres_request(pool, pool.devices_per_node)}{features}")
     for pool in slurm_pools:
         assert pool.slurm is not None
         nodelist = (nodes or {}).get(pool.name, f"<{pool.name}-nodes>")
