@@ -291,7 +291,7 @@ def _render_options(parser: argparse.ArgumentParser) -> None:
 def _route_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job-id", help="the id the router hashes (default: the job file's id, else its name)")
     parser.add_argument("--policy", choices=("weighted", "least-loaded"), default="weighted")
-    parser.add_argument("--pin", metavar="POOL", help="send the job to this pool (refused if it is drained or too small)")
+    parser.add_argument("--pin", metavar="POOL", help="send the job to this pool (refused if it is drained, down or too small)")
     parser.add_argument("--signals", metavar="FILE", help='load signals as JSON: {"pool": {"total": 64, "used": 60, "pending_jobs": 2}}')
     parser.add_argument("--probe", action="store_true", help="measure load with squeue/sinfo or kubectl (Kueue/Volcano queue status)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")

@@ -241,8 +241,10 @@ def render_kueue(pools: list[Pool]) -> list[dict[str, Any]]:
                 {"coveredResources": [q["name"] for q in quotas], "flavors": [{"name": queue.flavor, "resources": quotas}]}
             ],
         }
-        if pool.state is PoolState.DRAIN:
-            cq_spec["stopPolicy"] = "Hold"  # admitted work finishes; nothing new is admitted
+        if pool.state.closed:
+            # Drain or down: nothing new is admitted, admitted work is not evicted by accelport
+            # (HoldAndDrain would evict it).
+            cq_spec["stopPolicy"] = "Hold"
         objects.append(
             {"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": queue.cluster_queue, "labels": dict(MANAGED_BY)}, "spec": cq_spec}
         )
@@ -309,7 +311,7 @@ def render_deployment(job: JobSpec, pool: Pool) -> list[dict[str, Any]]:
 def render_http_route(job: JobSpec, pools: list[Pool], weights: dict[str, int], gateway: str = "inference-gateway") -> dict[str, Any]:
     """A Gateway API HTTPRoute splitting requests between the pools' Services by weight.
 
-    Weights are proportional (the gateway normalises them); a drained pool gets weight 0,
+    Weights are proportional (the gateway normalises them); a drained or down pool gets weight 0,
     which keeps its backend listed but sends it nothing.
     """
     if job.service is None:

@@ -34,7 +34,13 @@ class PoolState(str, Enum):
     PRIMARY = "primary"  # takes its weighted share
     CANARY = "canary"  # takes its weighted share (the ramp)
     BACKUP = "backup"  # only when no primary or canary pool can take the job
-    DRAIN = "drain"  # receives nothing
+    DRAIN = "drain"  # receives no new jobs; the ones running there finish
+    DOWN = "down"  # unavailable (outage, maintenance): receives nothing
+
+    @property
+    def closed(self) -> bool:
+        """Whether the router may send no new job here."""
+        return self in (PoolState.DRAIN, PoolState.DOWN)
 
 
 @dataclass(frozen=True)

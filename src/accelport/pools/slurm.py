@@ -185,6 +185,8 @@ def slurm_conf(pools: list[Pool], nodes: dict[str, str] | None = None) -> str:
     for pool in slurm_pools:
         assert pool.slurm is not None
         nodelist = (nodes or {}).get(pool.name, f"<{pool.name}-nodes>")
-        state = "DOWN" if pool.state.value == "drain" else "UP"
+        # Slurm's DRAIN takes no new jobs and lets queued and running ones finish; DOWN queues
+        # new jobs without starting them. accelport's drain and down map onto those.
+        state = {"drain": "DRAIN", "down": "DOWN"}.get(pool.state.value, "UP")
         lines.append(f"PartitionName={pool.slurm.partition} Nodes={nodelist} State={state}")
     return "\n".join(lines) + "\n"
