@@ -305,3 +305,37 @@ def test_cli_pin_to_an_unknown_pool_is_one_line_exit_2(cli, tmp_path, action):
     drained = _write(tmp_path.parent, "drained.toml", (EXAMPLES / "ascend-pool.toml").read_text().replace('state = "canary"', 'state = "drain"'))
     result = cli("pools", "route", JOB, "--pools", EXAMPLES / "cuda-pool.toml", "--pools", drained, "--pin", "ascend")
     assert result.code == 1 and "drained" in result.out
+
+
+def _pool_text(name: str, weight: int, state: str = "primary") -> str:
+    return f'[[pool]]\nname = "{name}"\nvendor = "cuda"\nengine = "slurm"\nstate = "{state}"\nweight = {weight}\n[pool.slurm]\npartition = "p"\n'
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ([_pool_text("a", -5)], "pool.a.weight must be an integer >= 0, got -5"),
+        ([_pool_text("a", 150)], "pool.a.weight is 150; a weight is the pool's share of the ramp in percent, 0 to 100"),
+        ([_pool_text("a", 90), _pool_text("b", 20, "canary")], "weights add up to 110% (a 90 + b 20)"),
+        ([_pool_text("a", 1) + _pool_text("a", 2)], "pool 'a' is also defined earlier in the same file"),
+        ([_pool_text("a", 1), _pool_text("a", 2)], "pool 'a' is also defined in"),
+    ],
+)
+def test_cli_bad_ramp_and_duplicate_pools_are_one_line_exit_2(cli, tmp_path, files, expected):
+    args = []
+    for index, text in enumerate(files):
+        args += ["--pools", _write(tmp_path, f"p{index}.toml", text)]
+    _one_line_exit_2(cli("pools", "route", JOB, *args), expected)
+
+
+def test_ramp_weights_that_fit_are_accepted_and_backups_do_not_count(cli, tmp_path):
+    # 80 + 20 is the whole ramp; a backup's weight is not part of it.
+    args = ["--pools", _write(tmp_path, "a.toml", _pool_text("a", 80) + _pool_text("b", 20, "canary") + _pool_text("c", 50, "backup"))]
+    assert cli("pools", "route", JOB, *args).code == 0
+
+
+def test_cli_repeated_names_and_files_are_one_line_exit_2(cli):
+    _one_line_exit_2(cli("pools", "render", JOB, *POOLS, "--pool", "cuda", "--pool", "cuda"), "--pool cuda given more than once")
+    _one_line_exit_2(cli("pools", "route", JOB, *POOLS, "--pools", EXAMPLES / "cuda-pool.toml"), "given twice with --pools")
+    _one_line_exit_2(cli("pools", "route", JOB, *POOLS, "--simulate", "0"), "--simulate 0: give a number of job ids, 1 or more")
+    _one_line_exit_2(cli("pools", "route", JOB, *POOLS, "--simulate", "-5"), "--simulate -5")

@@ -25,6 +25,9 @@ def _load(args: argparse.Namespace):
 def _selected(pools, args: argparse.Namespace):
     from accelport.pools.model import find_pool
 
+    repeated = sorted({name for name in args.pool if args.pool.count(name) > 1})
+    if repeated:
+        raise UserError(f"--pool {', '.join(repeated)} given more than once; name each pool once")
     chosen = [find_pool(pools, name) for name in args.pool] if args.pool else list(pools)
     if args.engine:
         chosen = [p.on(args.engine) for p in chosen]
@@ -199,6 +202,8 @@ def _check_pin(args: argparse.Namespace, pools) -> None:
 def run_route(args: argparse.Namespace) -> int:
     from accelport.pools.router import decide, ramp_shares
 
+    if args.simulate is not None and args.simulate < 1:
+        raise UserError(f"--simulate {args.simulate}: give a number of job ids, 1 or more")
     job, pools = _load(args)
     _check_pin(args, pools)
     signals, commands, notes = _signals(args, pools)

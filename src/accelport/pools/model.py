@@ -436,6 +436,9 @@ def _pool_from(table: _Table) -> Pool:
             kueue=kueue,
         )
         kube_table.done()
+    weight = table.positive("weight", 1, minimum=0)
+    if weight > 100:
+        raise UserError(f"{origin}: pool.{name}.weight is {weight}; a weight is the pool's share of the ramp in percent, 0 to 100")
     memory_per_node = table.get("memory_per_node", str, "")
     if memory_per_node and not _MEMORY.match(memory_per_node):
         raise UserError(
@@ -446,7 +449,7 @@ def _pool_from(table: _Table) -> Pool:
         vendor=profile,
         engine=engine,
         state=PoolState(state_name),
-        weight=table.positive("weight", 1, minimum=0),
+        weight=weight,
         capacity=table.positive("capacity", 0, minimum=0),
         failover_order=table.positive("failover_order", 100, minimum=0),
         nodes=table.positive("nodes", 0, minimum=0),
@@ -496,12 +499,26 @@ def load_pools(paths: list[str | Path]) -> list[Pool]:
         raise UserError("no pool files given; pass --pools FILE (see examples/pools/)")
     pools: list[Pool] = []
     seen: dict[str, str] = {}
+    files: set[Path] = set()
     for path in paths:
+        resolved = Path(path).resolve()
+        if resolved in files:
+            raise UserError(f"{path}: given twice with --pools; give each pool file once")
+        files.add(resolved)
         for pool in pools_from_toml(path):
             if pool.name in seen:
-                raise UserError(f"{path}: pool {pool.name!r} is also defined in {seen[pool.name]}; pool names must be unique")
+                where = "earlier in the same file" if seen[pool.name] == str(path) else f"in {seen[pool.name]}"
+                raise UserError(f"{path}: pool {pool.name!r} is also defined {where}; pool names must be unique")
             seen[pool.name] = str(path)
             pools.append(pool)
+    ramp = [p for p in pools if p.state in (PoolState.PRIMARY, PoolState.CANARY)]
+    total = sum(p.weight for p in ramp)
+    if total > 100:
+        shares = " + ".join(f"{p.name} {p.weight}" for p in ramp)
+        raise UserError(
+            f"the primary and canary pools' weights add up to {total}% ({shares}); weights are percent shares of "
+            "the ramp: lower them so they add up to 100 at most"
+        )
     return pools
 
 
