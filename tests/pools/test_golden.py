@@ -1,4 +1,8 @@
-"""Golden files per vendor x engine, written by hand from the vendor facts (not from the renderer)."""
+"""Golden files per vendor x engine, written by hand from the vendor facts (not from the renderer).
+
+`@GRES_INDICES_SH@` in a golden script stands for the shell parser of `scontrol show job -d`,
+whose behaviour tests/pools/test_gres_indices.py checks on its own.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import pytest
 import yaml
 
 from accelport.pools.render import render_for_pool
+from accelport.pools.slurm import GRES_INDICES_SH
 from accelport.pools.validate import sbatch_problems, validate_object
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -18,7 +23,7 @@ VENDOR_POOLS = ["nvidia", "ascend", "amd", "mthreads", "cambricon"]
 def test_slurm_script_matches_golden(pool_name, golden_job, golden_pools):
     rendered = render_for_pool(golden_job, golden_pools[pool_name].on("slurm"))
     assert rendered.filename == f"ft-{pool_name}.sbatch"
-    assert rendered.text == (GOLDEN / f"{pool_name}.sbatch").read_text()
+    assert rendered.text == (GOLDEN / f"{pool_name}.sbatch").read_text().replace("@GRES_INDICES_SH@", GRES_INDICES_SH)
     assert sbatch_problems(rendered.text, rendered.filename) == []
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from accelport.errors import UserError
 from accelport.pools.kubernetes import render_http_route, render_kueue
@@ -13,8 +15,10 @@ from accelport.pools.model import job_from_toml, load_pools
 from accelport.pools.probes import parse_kueue, parse_volcano, probe_pools
 from accelport.pools.render import render_admin
 from accelport.pools.slurm import gres_conf, slurm_conf
+from accelport.pools.validate import validate_object
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pools"
+GOLDEN = Path(__file__).resolve().parent / "golden"
 JOB = str(EXAMPLES / "job.toml")
 POOLS = ["--pools", str(EXAMPLES / "cuda-pool.toml"), "--pools", str(EXAMPLES / "ascend-pool.toml")]
 
@@ -70,27 +74,80 @@ def test_duplicate_pool_names_across_files(tmp_path):
         load_pools([_write(tmp_path, "a.toml", text), _write(tmp_path, "b.toml", text)])
 
 
+def test_kueue_cluster_queue_matches_golden(golden_pools):
+    """Written by hand (tests/pools/golden/kueue-nvidia.yaml): cpu, memory and device quotas."""
+    expected = [doc for doc in yaml.safe_load_all((GOLDEN / "kueue-nvidia.yaml").read_text()) if doc]
+    objects = render_kueue([golden_pools["nvidia"].on("kubernetes")])
+    assert objects == expected
+    for obj in objects:
+        assert validate_object(obj) == [], obj["kind"]
+
+
 def test_kueue_admin_objects_put_every_pool_in_one_cohort(golden_pools):
     cuda = golden_pools["nvidia"].on("kubernetes")
     example = load_pools([EXAMPLES / "cuda-pool.toml"])[0].on("kubernetes")
-    objects = render_kueue([example, cuda])
+    # The example names its cohort, the golden pool takes the default: two cohorts cannot lend.
+    with pytest.raises(UserError, match=r"different cohorts: cuda \(accel-pools\), nvidia \(accelport-pools\)"):
+        render_kueue([example, cuda])
+    same = replace(cuda, kubernetes=replace(cuda.kubernetes, kueue=replace(cuda.kubernetes.kueue, cohort="accel-pools")))
+    objects = render_kueue([example, same])
     queues = [o for o in objects if o["kind"] == "ClusterQueue"]
-    assert len(queues) == 2
-    # The example names its cohort; the golden pool takes the default one.
-    assert sorted(q["spec"]["cohortName"] for q in queues) == ["accel-pools", "accelport-pools"]
+    assert [q["spec"]["cohortName"] for q in queues] == ["accel-pools", "accel-pools"]
     cq = next(q for q in queues if q["metadata"]["name"] == "cuda-cq")
     group = cq["spec"]["resourceGroups"][0]
-    assert group["coveredResources"] == ["nvidia.com/gpu"]
-    assert group["flavors"] == [{"name": "cuda-h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 128}]}]
+    # examples/pools/cuda-pool.toml: 16 nodes of 8 devices, 112 cpus and 2048Gi each.
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
+    assert group["flavors"] == [
+        {
+            "name": "cuda-h100",
+            "resources": [
+                {"name": "cpu", "nominalQuota": 1792},
+                {"name": "memory", "nominalQuota": "32768Gi"},
+                {"name": "nvidia.com/gpu", "nominalQuota": 128},
+            ],
+        }
+    ]
+
+
+def test_device_quota_defaults_to_the_pools_device_count(tmp_path, golden_pools):
+    # The golden pool states nodes = 4 and devices_per_node = 4 but no capacity.
+    nvidia = golden_pools["nvidia"].on("kubernetes")
+    assert nvidia.capacity == 16
+    text = ('[[pool]]\nname = "k"\nvendor = "cuda"\nengine = "kubernetes"\nnodes = 3\ncpus_per_node = 8\n'
+            'memory_per_node = "64Gi"\n[pool.kubernetes]\nscheduler = "kueue"\nqueue = "k-lq"\n')
+    pool = load_pools([_write(tmp_path, "k.toml", text)])[0]
+    quotas = render_kueue([pool])[1]["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    # devices_per_node defaults to 8: 3 x 8, never 0.
+    assert quotas == [
+        {"name": "cpu", "nominalQuota": 24},
+        {"name": "memory", "nominalQuota": "192Gi"},
+        {"name": "nvidia.com/gpu", "nominalQuota": 24},
+    ]
+    # A pool built in code with nodes but no capacity still gets nodes x devices.
+    quotas = render_kueue([replace(nvidia, capacity=0)])[1]["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert quotas[-1] == {"name": "nvidia.com/gpu", "nominalQuota": 16}
+
+
+def test_capacity_that_contradicts_nodes_is_refused(tmp_path):
+    text = '[[pool]]\nname = "a"\nvendor = "cuda"\nengine = "slurm"\ncapacity = 10\nnodes = 2\n[pool.slurm]\npartition = "p"\n'
+    path = _write(tmp_path, "p.toml", text)
+    with pytest.raises(UserError) as info:
+        load_pools([path])
+    assert str(path) in str(info.value) and "capacity is 10 but nodes x devices_per_node is 2 x 8 = 16" in str(info.value)
+
+
+def test_kueue_pool_without_cpu_or_memory_per_node_is_refused(golden_pools):
+    cuda = replace(golden_pools["nvidia"].on("kubernetes"), cpus_per_node=0)
+    with pytest.raises(UserError, match=r"no cpus_per_node; set pool\.nvidia\.cpus_per_node"):
+        render_kueue([cuda])
+    with pytest.raises(UserError, match=r"no size: set pool\.nvidia\.nodes"):
+        render_kueue([replace(cuda, cpus_per_node=8, nodes=0, capacity=0)])
 
 
 def test_http_route_weights_and_deployments(tmp_path, golden_pools):
     job = job_from_toml(_write(tmp_path, "svc.toml", '[job]\nname = "llm"\ncommand = ["vllm", "serve", "m"]\nlauncher = "none"\n'
                                'devices_per_node = 1\n[job.service]\nport = 8000\n[job.images]\ncuda = "vllm:cuda"\nnpu = "vllm-ascend:npu"\n'))
-    from dataclasses import replace
-
     from accelport.pools.model import PoolState
-    from accelport.pools.validate import validate_object
 
     cuda = replace(golden_pools["nvidia"].on("kubernetes"), weight=90)
     ascend = replace(golden_pools["ascend"].on("kubernetes"), state=PoolState.CANARY, weight=10)
@@ -107,11 +164,18 @@ def test_http_route_weights_and_deployments(tmp_path, golden_pools):
         render_http_route(replace(job, service=None), [cuda], {})
 
 
-def test_slurm_admin_snippets(golden_pools):
+def test_slurm_admin_snippets_are_sized_by_the_pools_nodes_not_the_job(golden_job, golden_pools):
+    """Golden gres.conf / slurm.conf written by hand: nvidia nodes hold 4 devices, ascend nodes the default 8.
+
+    The golden job asks for 4 devices per node; sizing by the job would write [0-3] for ascend.
+    """
     pools = [golden_pools["nvidia"], golden_pools["ascend"]]
-    assert "NodeName=<ascend-nodes> AutoDetect=off Name=npu Type=910b" in gres_conf(pools)
-    assert "NodeName=<nvidia-nodes> AutoDetect=nvml Name=gpu Type=a100" in gres_conf(pools)
-    assert "GresTypes=gpu,npu" in slurm_conf(pools)
+    assert golden_job.devices_per_node == 4 and golden_pools["ascend"].devices_per_node == 8
+    files = {a.filename: a.text for a in render_admin(pools, golden_job)}
+    assert files["gres.conf"] == (GOLDEN / "gres.conf").read_text() == gres_conf(pools)
+    assert files["slurm.conf"] == (GOLDEN / "slurm.conf").read_text() == slurm_conf(pools)
+    bigger = replace(golden_job, devices_per_node=8)
+    assert {a.filename: a.text for a in render_admin(pools, bigger)}["gres.conf"] == files["gres.conf"]
 
 
 def test_kueue_and_volcano_status_parsing(golden_pools):
@@ -148,7 +212,7 @@ def test_cli_render_both_engines(cli, tmp_path):
         "gres.conf", "kueue-queues.yaml", "slurm.conf", "tinylm-train-ascend.yaml", "tinylm-train-cuda.yaml", "volcano-queues.yaml",
     ]
     result = cli("pools", "render", JOB, *POOLS, "--engine", "slurm")
-    assert 'export ASCEND_RT_VISIBLE_DEVICES="${ASCEND_RT_VISIBLE_DEVICES:-0,1,2,3,4,5,6,7}"' in result.out
+    assert 'ASCEND_RT_VISIBLE_DEVICES="$(scontrol show job -d "$SLURM_JOB_ID" | accelport_gres_indices npu "$SLURMD_NODENAME")"' in result.out
     assert "#SBATCH --gres=gpu:h100:8" in result.out
 
 
@@ -182,3 +246,96 @@ def test_cli_errors_are_one_line_exit_2(cli, tmp_path):
     assert result.code == 2 and "file not found" in result.err and len(result.err.strip().splitlines()) == 1
     result = cli("pools", "route", JOB, *POOLS, "--signals", _write(tmp_path, "bad.json", "{"))
     assert result.code == 2 and "not valid JSON" in result.err
+
+
+def _one_line_exit_2(result, *expected):
+    assert result.code == 2, (result.code, result.out, result.err)
+    assert "Traceback" not in result.err and len(result.err.strip().splitlines()) == 1, result.err
+    for text in expected:
+        assert text in result.err, result.err
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("list.yaml", "- a\n- b\n", "YAML document 1 is a list, not a mapping"),
+        ("mixed.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n---\njust text\n", "YAML document 2 is a str, not a mapping"),
+        ("empty.yaml", "", "is empty"),
+        ("blank.sbatch", "\n  \n", "is empty"),
+        ("nothing.yaml", "---\n---\n", "holds no Kubernetes objects"),
+    ],
+)
+def test_cli_validate_files_bad_input_is_one_line_exit_2(cli, tmp_path, name, text, expected):
+    path = _write(tmp_path, name, text)
+    _one_line_exit_2(cli("pools", "validate", "--files", path), str(path), expected)
+
+
+@pytest.mark.parametrize("version", ["9.99", "banana", "1"])
+def test_cli_unknown_kubernetes_version_is_one_line_exit_2(cli, version):
+    result = cli("pools", "validate", JOB, *POOLS, "--engine", "kubernetes", "--k8s-version", version)
+    _one_line_exit_2(result, f"--k8s-version {version!r}", "use one of 1.")
+
+
+def test_cli_known_kubernetes_version_still_validates(cli):
+    assert cli("pools", "validate", JOB, *POOLS, "--engine", "kubernetes", "--k8s-version", "1.30").code == 0
+
+
+def test_cli_unwritable_output_folders_are_one_line_exit_2(cli, tmp_path):
+    blocker = _write(tmp_path, "a-file", "x")  # a folder below a file cannot be made, even by root
+    _one_line_exit_2(cli("pools", "render", JOB, *POOLS, "--output-dir", blocker / "out"), str(blocker / "out"), "--output-dir")
+    _one_line_exit_2(cli("pools", "render", JOB, *POOLS, "--output-dir", blocker), "is not a directory")
+    result = cli("pools", "submit", JOB, *POOLS, "--dry-run", "--workdir", blocker / "w")
+    _one_line_exit_2(result, str(blocker / "w"), "--workdir")
+
+
+@pytest.mark.parametrize(("flag", "expected"), [("job", "has no [job] table"), ("pools", "has no [[pool]] table")])
+def test_cli_empty_spec_files_are_one_line_exit_2(cli, tmp_path, flag, expected):
+    empty = _write(tmp_path, "empty.toml", "")
+    argv = [empty, *POOLS] if flag == "job" else [JOB, "--pools", empty]
+    _one_line_exit_2(cli("pools", "render", *argv), str(empty), expected)
+
+
+@pytest.mark.parametrize("action", ["route", "submit"])
+def test_cli_pin_to_an_unknown_pool_is_one_line_exit_2(cli, tmp_path, action):
+    extra = ["--dry-run", "--workdir", tmp_path] if action == "submit" else []
+    result = cli("pools", action, JOB, *POOLS, "--pin", "ascned", *extra)
+    _one_line_exit_2(result, "--pin: no pool named 'ascned'; pools given: cuda, ascend")
+    assert not list(tmp_path.iterdir())  # nothing rendered or submitted
+    # A known pool that cannot take the job is a routing outcome, not bad input: exit 1.
+    drained = _write(tmp_path.parent, "drained.toml", (EXAMPLES / "ascend-pool.toml").read_text().replace('state = "canary"', 'state = "drain"'))
+    result = cli("pools", "route", JOB, "--pools", EXAMPLES / "cuda-pool.toml", "--pools", drained, "--pin", "ascend")
+    assert result.code == 1 and "drained" in result.out
+
+
+def _pool_text(name: str, weight: int, state: str = "primary") -> str:
+    return f'[[pool]]\nname = "{name}"\nvendor = "cuda"\nengine = "slurm"\nstate = "{state}"\nweight = {weight}\n[pool.slurm]\npartition = "p"\n'
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ([_pool_text("a", -5)], "pool.a.weight must be an integer >= 0, got -5"),
+        ([_pool_text("a", 150)], "pool.a.weight is 150; a weight is the pool's share of the ramp in percent, 0 to 100"),
+        ([_pool_text("a", 90), _pool_text("b", 20, "canary")], "weights add up to 110% (a 90 + b 20)"),
+        ([_pool_text("a", 1) + _pool_text("a", 2)], "pool 'a' is also defined earlier in the same file"),
+        ([_pool_text("a", 1), _pool_text("a", 2)], "pool 'a' is also defined in"),
+    ],
+)
+def test_cli_bad_ramp_and_duplicate_pools_are_one_line_exit_2(cli, tmp_path, files, expected):
+    args = []
+    for index, text in enumerate(files):
+        args += ["--pools", _write(tmp_path, f"p{index}.toml", text)]
+    _one_line_exit_2(cli("pools", "route", JOB, *args), expected)
+
+
+def test_ramp_weights_that_fit_are_accepted_and_backups_do_not_count(cli, tmp_path):
+    # 80 + 20 is the whole ramp; a backup's weight is not part of it.
+    args = ["--pools", _write(tmp_path, "a.toml", _pool_text("a", 80) + _pool_text("b", 20, "canary") + _pool_text("c", 50, "backup"))]
+    assert cli("pools", "route", JOB, *args).code == 0
+
+
+def test_cli_repeated_names_and_files_are_one_line_exit_2(cli):
+    _one_line_exit_2(cli("pools", "render", JOB, *POOLS, "--pool", "cuda", "--pool", "cuda"), "--pool cuda given more than once")
+    _one_line_exit_2(cli("pools", "route", JOB, *POOLS, "--pools", EXAMPLES / "cuda-pool.toml"), "given twice with --pools")
+    _one_line_exit_2(cli("pools", "route", JOB, *POOLS, "--simulate", "0"), "--simulate 0: give a number of job ids, 1 or more")
+    _one_line_exit_2(cli("pools", "route", JOB, *POOLS, "--simulate", "-5"), "--simulate -5")

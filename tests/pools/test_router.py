@@ -118,3 +118,48 @@ def test_http_route_weights_follow_states(ramp, golden_pools):
     backup = replace(golden_pools["amd"], state=PoolState.BACKUP, weight=50)
     drained = replace(golden_pools["cambricon"], state=PoolState.DRAIN, weight=50)
     assert http_route_weights([*ramp, backup, drained]) == {"nvidia": 80, "ascend": 20, "amd": 0, "cambricon": 0}
+
+
+@pytest.mark.parametrize(("state", "says"), [(PoolState.DRAIN, "drained: no new jobs, running ones finish"), (PoolState.DOWN, "down: pool unavailable")])
+def test_drained_and_down_pools_receive_nothing_and_say_which(golden_job, ramp, state, says):
+    pools = [ramp[0], replace(ramp[1], state=state)]
+    decisions = [decide(golden_job.with_id(f"s{i}"), pools) for i in range(2_000)]
+    assert {d.pool for d in decisions} == {"nvidia"}
+    ascend = next(c for c in decisions[0].candidates if c.pool == "ascend")
+    assert (ascend.state, ascend.eligible, ascend.share) == (state.value, False, 0.0)
+    assert ascend.why_not.startswith(says)
+    pinned = decide(golden_job, pools, pin="ascend")
+    assert pinned.pool is None and says in pinned.reason
+    # Every pool closed: nothing placed, and the reason names each state.
+    closed = decide(golden_job, [replace(ramp[0], state=PoolState.DOWN), replace(ramp[1], state=PoolState.DRAIN)])
+    assert closed.pool is None
+    assert "nvidia: down" in closed.reason and "ascend: drained" in closed.reason
+    assert http_route_weights(pools)["ascend"] == 0
+
+
+def test_drain_and_down_in_the_admin_artefacts(golden_pools):
+    from accelport.pools.kubernetes import render_kueue
+    from accelport.pools.slurm import slurm_conf
+
+    nvidia, ascend = golden_pools["nvidia"], golden_pools["ascend"]
+    conf = slurm_conf([replace(nvidia, state=PoolState.DRAIN), replace(ascend, state=PoolState.DOWN)]).splitlines()
+    # Slurm's DRAIN lets running and queued jobs finish and takes no new ones; DOWN starts nothing.
+    assert "PartitionName=gpu-a100 Nodes=<nvidia-nodes> State=DRAIN" in conf
+    assert "PartitionName=ascend Nodes=<ascend-nodes> State=DOWN" in conf
+    assert "PartitionName=ascend Nodes=<ascend-nodes> State=UP" in slurm_conf([ascend])
+    for state in (PoolState.DRAIN, PoolState.DOWN):
+        queue = render_kueue([replace(nvidia.on("kubernetes"), state=state)])[1]
+        assert queue["spec"]["stopPolicy"] == "Hold"  # never HoldAndDrain: running work is not evicted
+    assert "stopPolicy" not in render_kueue([nvidia.on("kubernetes")])[1]["spec"]
+
+
+def test_cli_route_shows_the_state_of_each_pool(cli, tmp_path):
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "pools"
+    down = tmp_path / "ascend-down.toml"
+    down.write_text((examples / "ascend-pool.toml").read_text().replace('state = "canary"', 'state = "down"'))
+    result = cli("pools", "route", examples / "job.toml", "--pools", examples / "cuda-pool.toml", "--pools", down)
+    assert result.code == 0, result.err
+    row = next(line for line in result.out.splitlines() if "ascend" in line and "npu" in line)
+    assert " down " in row and "down: pool unavailable" in row

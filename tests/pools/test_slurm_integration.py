@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -74,6 +75,43 @@ def test_npu_gres_job_sees_ascend_rt_visible_devices(slurm, pools, small_job, tm
     assert seen["ASCEND_RT_VISIBLE_DEVICES"] == "0,1"
     assert seen["CUDA_VISIBLE_DEVICES"] == "unset"  # Slurm sets nothing for the npu GRES
     assert seen["ACCELPORT_DIST_BACKEND"] == "hccl"
+
+
+def _allocated(slurm, job_id: str, gres: str) -> set[int]:
+    """The indices of `gres` Slurm reports for a running job (read here with Python, not the parser under test)."""
+    detail = slurm.run("scontrol", "show", "job", "-d", job_id).stdout
+    found = re.search(rf"[ =,]{gres}(?::[^(,]*)*\(IDX:([0-9,-]+)\)", detail)
+    assert found, detail
+    indices: set[int] = set()
+    for item in found[1].split(","):
+        low, _, high = item.partition("-")
+        indices.update(range(int(low), int(high or low) + 1))
+    return indices
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("pool_name", "variable", "gres"), [("ascend", "ASCEND_RT_VISIBLE_DEVICES", "npu:910b"), ("cambricon", "MLU_VISIBLE_DEVICES", "mlu")])
+def test_non_gpu_gres_job_sees_its_allocated_indices_not_zero(slurm, pools, small_job, tmp_path, pool_name, variable, gres):
+    """Another job holds one of the two devices: ours gets the other one, which is not device 0."""
+    hold = slurm.run("sbatch", "--parsable", f"--partition={pool_name}", f"--gres={gres}:1", "--output=/dev/null", "--wrap=sleep 60").stdout.strip()
+    try:
+        deadline = time.monotonic() + 20
+        while slurm.run("squeue", "--noheader", f"--jobs={hold}", "--format=%T").stdout.strip() != "RUNNING":
+            assert time.monotonic() < deadline, "the holding job never started"
+            time.sleep(0.1)
+        held = _allocated(slurm, hold, gres.split(":")[0])
+        pool = replace(pools[pool_name], slurm=replace(pools[pool_name].slurm, exclusive=False))
+        job = replace(small_job, devices_per_node=1, launcher="none", command=("bash", "-c", f"echo {variable}=${{{variable}:-unset}}"))
+        seen = _visible(_submit_and_wait(slurm, render_for_pool(job, pool).text, tmp_path))
+        assert seen[variable] == ",".join(str(i) for i in sorted({0, 1} - held))
+        assert held == {0} and seen[variable] == "1"  # Slurm hands out the lowest free index first
+    finally:
+        slurm.run("scancel", hold, check=False)
+        deadline = time.monotonic() + 20
+        while slurm.run("squeue", "--noheader", f"--jobs={hold}", "--format=%T", check=False).stdout.strip():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
 
 
 @pytest.mark.slow

@@ -25,6 +25,9 @@ def _load(args: argparse.Namespace):
 def _selected(pools, args: argparse.Namespace):
     from accelport.pools.model import find_pool
 
+    repeated = sorted({name for name in args.pool if args.pool.count(name) > 1})
+    if repeated:
+        raise UserError(f"--pool {', '.join(repeated)} given more than once; name each pool once")
     chosen = [find_pool(pools, name) for name in args.pool] if args.pool else list(pools)
     if args.engine:
         chosen = [p.on(args.engine) for p in chosen]
@@ -52,7 +55,10 @@ def _write_or_print(artefacts, args: argparse.Namespace) -> None:
         if out.exists() and not out.is_dir():
             raise UserError(f"{out}: is not a directory; give a folder for --output-dir")
         for artefact in artefacts:
-            atomic_write_text(out / artefact.filename, artefact.text)
+            try:
+                atomic_write_text(out / artefact.filename, artefact.text)
+            except OSError as exc:
+                raise UserError(f"{out}: cannot write {artefact.filename} there ({exc.strerror or exc}); choose another --output-dir") from None
         listing = "\n".join(str(out / a.filename) for a in artefacts)
         emit(listing + "\n", None)
         return
@@ -102,13 +108,24 @@ def _artefacts_from_files(paths: list[str]):
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise UserError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
+        if path.suffix in (".yaml", ".yml", ".json", ".sbatch", ".sh") and not text.strip():
+            raise UserError(f"{path}: is empty; give a rendered manifest or batch script (accelport pools render --output-dir DIR)")
         if path.suffix in (".yaml", ".yml", ".json"):
             import yaml
 
             try:
-                objects = [o for o in yaml.safe_load_all(text) if o is not None]
+                documents = list(yaml.safe_load_all(text))
             except yaml.YAMLError as exc:
                 raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]}); fix the file") from None
+            objects = [o for o in documents if o is not None]
+            if not objects:
+                raise UserError(f"{path}: holds no Kubernetes objects, only empty YAML documents")
+            for number, doc in enumerate(documents, 1):
+                if doc is not None and not isinstance(doc, dict):
+                    raise UserError(
+                        f"{path}: YAML document {number} is a {type(doc).__name__}, not a mapping; "
+                        "each document must be one Kubernetes object (apiVersion, kind, metadata, ...)"
+                    )
             artefacts.append(Artefact(path.name, "manifest", text, objects=tuple(objects)))
         elif path.suffix in (".sbatch", ".sh"):
             artefacts.append(Artefact(path.name, "sbatch", text))
@@ -118,6 +135,10 @@ def _artefacts_from_files(paths: list[str]):
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    from accelport.pools.validate import check_k8s_version
+
+    if args.k8s_version:
+        check_k8s_version(args.k8s_version)
     if args.files:
         artefacts = _artefacts_from_files(args.files)
     else:
@@ -167,10 +188,24 @@ def _signals(args: argparse.Namespace, pools):
     return signals, commands, notes
 
 
+def _check_pin(args: argparse.Namespace, pools) -> None:
+    """An unknown --pin is a typo, not a routing outcome: bad input, exit 2."""
+    if args.pin:
+        from accelport.pools.model import find_pool
+
+        try:
+            find_pool(pools, args.pin)
+        except UserError as exc:
+            raise UserError(f"--pin: {exc}") from None
+
+
 def run_route(args: argparse.Namespace) -> int:
     from accelport.pools.router import decide, ramp_shares
 
+    if args.simulate is not None and args.simulate < 1:
+        raise UserError(f"--simulate {args.simulate}: give a number of job ids, 1 or more")
     job, pools = _load(args)
+    _check_pin(args, pools)
     signals, commands, notes = _signals(args, pools)
     if args.simulate:
         decisions = [decide(job.with_id(f"{job.id}-{i}"), pools, signals, policy=args.policy) for i in range(args.simulate)]
@@ -218,6 +253,7 @@ def run_submit(args: argparse.Namespace) -> int:
     from accelport.pools.submit import submit
 
     job, pools = _load(args)
+    _check_pin(args, pools)
     signals, _, notes = _signals(args, pools)
     decision = decide(job, pools, signals, policy=args.policy, pin=args.pin)
     if decision.pool is None:
@@ -225,7 +261,10 @@ def run_submit(args: argparse.Namespace) -> int:
     pool = find_pool(pools, decision.pool)
     artefact = render_for_pool(job, pool)
     workdir = args.workdir or tempfile.mkdtemp(prefix="accelport-submit-")
-    result = submit(artefact, workdir, dry_run=args.dry_run)
+    try:
+        result = submit(artefact, workdir, dry_run=args.dry_run)
+    except OSError as exc:
+        raise UserError(f"{workdir}: cannot write {artefact.filename} there ({exc.strerror or exc}); choose another --workdir") from None
     if args.format == "json":
         emit(json.dumps({"decision": decision.to_dict(), "submission": result.to_dict(), "notes": notes}, indent=2) + "\n", args.output)
     else:
@@ -257,7 +296,7 @@ def _render_options(parser: argparse.ArgumentParser) -> None:
 def _route_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job-id", help="the id the router hashes (default: the job file's id, else its name)")
     parser.add_argument("--policy", choices=("weighted", "least-loaded"), default="weighted")
-    parser.add_argument("--pin", metavar="POOL", help="send the job to this pool (refused if it is drained or too small)")
+    parser.add_argument("--pin", metavar="POOL", help="send the job to this pool (refused if it is drained, down or too small)")
     parser.add_argument("--signals", metavar="FILE", help='load signals as JSON: {"pool": {"total": 64, "used": 60, "pending_jobs": 2}}')
     parser.add_argument("--probe", action="store_true", help="measure load with squeue/sinfo or kubectl (Kueue/Volcano queue status)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")

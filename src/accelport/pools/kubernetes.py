@@ -11,7 +11,7 @@ from typing import Any
 
 from accelport.errors import UserError
 from accelport.pools.launch import image_for, injected_env, launch_command, scheduler_facts
-from accelport.pools.model import JobSpec, Pool, PoolState
+from accelport.pools.model import JobSpec, Pool, PoolState, scale_memory
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "accelport"}
 
@@ -171,18 +171,57 @@ def render_kubernetes(job: JobSpec, pool: Pool) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- admin artefacts
 
 
+def _kueue_quotas(pool: Pool) -> list[dict[str, Any]]:
+    """The flavor's quotas: cpu, memory and the device, in the order of `coveredResources`.
+
+    A Job's pods request cpu and memory as well as devices, and Kueue admits no workload
+    asking for a resource its ClusterQueue does not cover: all three are needed.
+    """
+    kube, queue = pool.kubernetes, pool.kubernetes.kueue if pool.kubernetes else None
+    assert kube is not None and queue is not None
+    where = f"{pool.source}: pool {pool.name!r} has a Kueue ClusterQueue"
+    nodes = pool.node_count
+    if not nodes:
+        raise UserError(f"{where} but no size: set pool.{pool.name}.nodes (and devices_per_node) or capacity")
+    missing = [key for key, value in (("cpus_per_node", pool.cpus_per_node), ("memory_per_node", pool.memory_per_node)) if not value]
+    if missing:
+        raise UserError(
+            f"{where} but no {' or '.join(missing)}; set {', '.join(f'pool.{pool.name}.{k}' for k in missing)} "
+            "(its cpu and memory quotas are nodes x these)"
+        )
+    # Never 0: a zero quota admits nothing unless borrowed, which silently starves the pool.
+    device: dict[str, Any] = {"name": kube.resource, "nominalQuota": pool.devices}
+    if queue.borrowing_limit is not None:
+        device["borrowingLimit"] = queue.borrowing_limit
+    if queue.lending_limit is not None:
+        device["lendingLimit"] = queue.lending_limit
+    return [
+        {"name": "cpu", "nominalQuota": nodes * pool.cpus_per_node},
+        {"name": "memory", "nominalQuota": scale_memory(pool.memory_per_node, nodes)},
+        device,
+    ]
+
+
 def render_kueue(pools: list[Pool]) -> list[dict[str, Any]]:
-    """ResourceFlavor, ClusterQueue and LocalQueue per Kueue pool; every ClusterQueue in its cohort.
+    """ResourceFlavor, ClusterQueue and LocalQueue per Kueue pool; every ClusterQueue in one cohort.
 
     One ClusterQueue per pool, because Kueue flavors only add node labels and tolerations:
-    they cannot turn an nvidia.com/gpu request into a huawei.com/Ascend910 one.
+    they cannot turn an nvidia.com/gpu request into a huawei.com/Ascend910 one. One cohort,
+    so the pools of a migration lend each other unused quota.
     """
     facts = scheduler_facts()["kueue"]
+    kueue_pools = [p for p in pools if p.kubernetes is not None and p.kubernetes.kueue is not None]
+    cohorts = {p.kubernetes.kueue.cohort: p for p in kueue_pools if p.kubernetes and p.kubernetes.kueue}
+    if len(cohorts) > 1:
+        named = ", ".join(f"{p.name} ({cohort})" for cohort, p in sorted(cohorts.items()))
+        raise UserError(
+            f"Kueue pools name different cohorts: {named}; set one pool.NAME.kubernetes.kueue.cohort for all "
+            "(one cohort lets the pools of a migration borrow each other's quota)"
+        )
     objects: list[dict[str, Any]] = []
-    for pool in pools:
+    for pool in kueue_pools:
         kube = pool.kubernetes
-        if kube is None or kube.kueue is None:
-            continue
+        assert kube is not None and kube.kueue is not None
         queue = kube.kueue
         api = f"kueue.x-k8s.io/{queue.api_version}"
         flavor_spec: dict[str, Any] = {}
@@ -193,21 +232,19 @@ def render_kueue(pools: list[Pool]) -> list[dict[str, Any]]:
         objects.append(
             {"apiVersion": api, "kind": "ResourceFlavor", "metadata": {"name": queue.flavor, "labels": dict(MANAGED_BY)}, "spec": flavor_spec}
         )
-        device_quota: dict[str, Any] = {"name": kube.resource, "nominalQuota": pool.capacity}
-        if queue.borrowing_limit is not None:
-            device_quota["borrowingLimit"] = queue.borrowing_limit
-        if queue.lending_limit is not None:
-            device_quota["lendingLimit"] = queue.lending_limit
+        quotas = _kueue_quotas(pool)
         cq_spec: dict[str, Any] = {
             facts["cohort_field"][queue.api_version]: queue.cohort,
             "namespaceSelector": {},
             "flavorFungibility": {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "MayStopSearch"},
             "resourceGroups": [
-                {"coveredResources": [kube.resource], "flavors": [{"name": queue.flavor, "resources": [device_quota]}]}
+                {"coveredResources": [q["name"] for q in quotas], "flavors": [{"name": queue.flavor, "resources": quotas}]}
             ],
         }
-        if pool.state is PoolState.DRAIN:
-            cq_spec["stopPolicy"] = "Hold"  # admitted work finishes; nothing new is admitted
+        if pool.state.closed:
+            # Drain or down: nothing new is admitted, admitted work is not evicted by accelport
+            # (HoldAndDrain would evict it).
+            cq_spec["stopPolicy"] = "Hold"
         objects.append(
             {"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": queue.cluster_queue, "labels": dict(MANAGED_BY)}, "spec": cq_spec}
         )
@@ -230,8 +267,8 @@ def render_volcano_queues(pools: list[Pool]) -> list[dict[str, Any]]:
         if kube is None or kube.scheduler != "volcano":
             continue
         spec: dict[str, Any] = {"weight": max(pool.weight, 1), "reclaimable": pool.state is not PoolState.PRIMARY}
-        if pool.capacity:
-            spec["capability"] = {kube.resource: pool.capacity}
+        if pool.devices:
+            spec["capability"] = {kube.resource: pool.devices}
         objects.append(
             {
                 "apiVersion": "scheduling.volcano.sh/v1beta1",
@@ -274,7 +311,7 @@ def render_deployment(job: JobSpec, pool: Pool) -> list[dict[str, Any]]:
 def render_http_route(job: JobSpec, pools: list[Pool], weights: dict[str, int], gateway: str = "inference-gateway") -> dict[str, Any]:
     """A Gateway API HTTPRoute splitting requests between the pools' Services by weight.
 
-    Weights are proportional (the gateway normalises them); a drained pool gets weight 0,
+    Weights are proportional (the gateway normalises them); a drained or down pool gets weight 0,
     which keeps its backend listed but sends it nothing.
     """
     if job.service is None:

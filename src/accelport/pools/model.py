@@ -34,7 +34,13 @@ class PoolState(str, Enum):
     PRIMARY = "primary"  # takes its weighted share
     CANARY = "canary"  # takes its weighted share (the ramp)
     BACKUP = "backup"  # only when no primary or canary pool can take the job
-    DRAIN = "drain"  # receives nothing
+    DRAIN = "drain"  # receives no new jobs; the ones running there finish
+    DOWN = "down"  # unavailable (outage, maintenance): receives nothing
+
+    @property
+    def closed(self) -> bool:
+        """Whether the router may send no new job here."""
+        return self in (PoolState.DRAIN, PoolState.DOWN)
 
 
 @dataclass(frozen=True)
@@ -133,8 +139,12 @@ class Pool:
     engine: str
     state: PoolState = PoolState.PRIMARY
     weight: int = 1
-    capacity: int = 0
+    capacity: int = 0  # devices in the pool; 0: not stated
     failover_order: int = 100
+    nodes: int = 0  # nodes in the pool; 0: not stated
+    devices_per_node: int = 8
+    cpus_per_node: int = 0  # 0: not stated
+    memory_per_node: str = ""  # Kubernetes quantity (Ki/Mi/Gi/Ti); "": not stated
     slurm: SlurmTarget | None = None
     kubernetes: KubernetesTarget | None = None
     source: str = ""
@@ -148,6 +158,18 @@ class Pool:
         if getattr(self, engine) is None:
             raise UserError(f"{self.source}: pool {self.name!r} has no [pool.{engine}] table; add one to render it for {engine}")
         return replace(self, engine=engine)
+
+    @property
+    def devices(self) -> int:
+        """Devices in the pool: the stated capacity, else nodes x devices per node; 0 when neither is known."""
+        return self.capacity or self.nodes * self.devices_per_node
+
+    @property
+    def node_count(self) -> int:
+        """Nodes in the pool: as stated, else the capacity in whole nodes; 0 when neither is known."""
+        if self.nodes:
+            return self.nodes
+        return -(-self.capacity // self.devices_per_node) if self.capacity else 0
 
 
 # --------------------------------------------------------------------------- parsing
@@ -414,22 +436,47 @@ def _pool_from(table: _Table) -> Pool:
             kueue=kueue,
         )
         kube_table.done()
+    weight = table.positive("weight", 1, minimum=0)
+    if weight > 100:
+        raise UserError(f"{origin}: pool.{name}.weight is {weight}; a weight is the pool's share of the ramp in percent, 0 to 100")
+    memory_per_node = table.get("memory_per_node", str, "")
+    if memory_per_node and not _MEMORY.match(memory_per_node):
+        raise UserError(
+            f"{origin}: pool.{name}.memory_per_node {memory_per_node!r} must be an integer with Ki, Mi, Gi or Ti (for example '512Gi')"
+        )
     pool = Pool(
         name=name,
         vendor=profile,
         engine=engine,
         state=PoolState(state_name),
-        weight=table.positive("weight", 1, minimum=0),
+        weight=weight,
         capacity=table.positive("capacity", 0, minimum=0),
         failover_order=table.positive("failover_order", 100, minimum=0),
+        nodes=table.positive("nodes", 0, minimum=0),
+        devices_per_node=table.positive("devices_per_node", 8),
+        cpus_per_node=table.positive("cpus_per_node", 0, minimum=0),
+        memory_per_node=memory_per_node,
         slurm=slurm,
         kubernetes=kube,
         source=origin,
     )
     table.done()
+    if pool.nodes and pool.capacity and pool.capacity != pool.nodes * pool.devices_per_node:
+        raise UserError(
+            f"{origin}: pool.{name}.capacity is {pool.capacity} but nodes x devices_per_node is "
+            f"{pool.nodes} x {pool.devices_per_node} = {pool.nodes * pool.devices_per_node}; drop capacity or make them agree"
+        )
+    if pool.nodes and not pool.capacity:
+        pool = replace(pool, capacity=pool.devices)
     if getattr(pool, engine) is None:
         raise UserError(f"{origin}: pool.{name}.engine is {engine!r} but there is no [pool.{engine}] table; add it")
     return pool
+
+
+def scale_memory(quantity: str, factor: int) -> str:
+    """`factor` times a quantity like '512Gi', in the same unit."""
+    number, unit = _MEMORY.match(quantity).groups()  # type: ignore[union-attr]
+    return f"{int(number) * factor}{unit}"
 
 
 def pools_from_toml(path: str | Path) -> list[Pool]:
@@ -452,12 +499,26 @@ def load_pools(paths: list[str | Path]) -> list[Pool]:
         raise UserError("no pool files given; pass --pools FILE (see examples/pools/)")
     pools: list[Pool] = []
     seen: dict[str, str] = {}
+    files: set[Path] = set()
     for path in paths:
+        resolved = Path(path).resolve()
+        if resolved in files:
+            raise UserError(f"{path}: given twice with --pools; give each pool file once")
+        files.add(resolved)
         for pool in pools_from_toml(path):
             if pool.name in seen:
-                raise UserError(f"{path}: pool {pool.name!r} is also defined in {seen[pool.name]}; pool names must be unique")
+                where = "earlier in the same file" if seen[pool.name] == str(path) else f"in {seen[pool.name]}"
+                raise UserError(f"{path}: pool {pool.name!r} is also defined {where}; pool names must be unique")
             seen[pool.name] = str(path)
             pools.append(pool)
+    ramp = [p for p in pools if p.state in (PoolState.PRIMARY, PoolState.CANARY)]
+    total = sum(p.weight for p in ramp)
+    if total > 100:
+        shares = " + ".join(f"{p.name} {p.weight}" for p in ramp)
+        raise UserError(
+            f"the primary and canary pools' weights add up to {total}% ({shares}); weights are percent shares of "
+            "the ramp: lower them so they add up to 100 at most"
+        )
     return pools
 
 

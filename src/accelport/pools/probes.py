@@ -125,7 +125,7 @@ def parse_volcano(pool: Pool, output: str) -> Load:
     resource = pool.kubernetes.resource
     data = json.loads(output)
     capability = data.get("spec", {}).get("capability", {})
-    total = _quantity_int(capability[resource]) if resource in capability else (pool.capacity or None)
+    total = _quantity_int(capability[resource]) if resource in capability else (pool.devices or None)
     status = data.get("status", {})
     used = _quantity_int(status.get("allocated", {}).get(resource, 0))
     return Load(total=total, used=used, pending_jobs=int(status.get("pending", 0)), source="volcano Queue status")

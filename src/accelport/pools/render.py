@@ -61,9 +61,8 @@ def render_admin(pools: list[Pool], job: JobSpec | None = None) -> list[Artefact
         artefacts.append(Artefact("volcano-queues.yaml", "manifest", to_yaml(volcano), objects=tuple(volcano)))
     slurm_pools = [p for p in pools if p.slurm is not None]
     if slurm_pools:
-        per_node = job.devices_per_node if job else 8
-        artefacts.append(Artefact("gres.conf", "slurm-conf", gres_conf(slurm_pools, devices_per_node=per_node)))
-        artefacts.append(Artefact("slurm.conf", "slurm-conf", slurm_conf(slurm_pools, devices_per_node=per_node)))
+        artefacts.append(Artefact("gres.conf", "slurm-conf", gres_conf(slurm_pools)))
+        artefacts.append(Artefact("slurm.conf", "slurm-conf", slurm_conf(slurm_pools)))
     if job is not None and job.service is not None:
         kube_pools = [p for p in pools if p.engine == "kubernetes"]
         route = render_http_route(job, kube_pools, http_route_weights(kube_pools))

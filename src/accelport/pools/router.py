@@ -3,7 +3,8 @@
 The weighted ramp hashes the job id, so a resubmitted job lands where it landed before,
 and over many jobs each active pool gets its weight's share. Load signals (from probes)
 move a job off a pool that cannot start it now; backup pools take work only when no
-primary or canary pool can; drained pools take nothing.
+primary or canary pool can; drained pools (running jobs finish there) and pools
+that are down take nothing new.
 """
 
 from __future__ import annotations
@@ -117,9 +118,11 @@ def ticket(job_id: str) -> float:
 
 def _why_not(job: JobSpec, pool: Pool) -> str:
     if pool.state is PoolState.DRAIN:
-        return "drained"
-    if pool.capacity and job.devices > pool.capacity:
-        return f"needs {job.devices} devices, pool has {pool.capacity}"
+        return "drained: no new jobs, running ones finish"
+    if pool.state is PoolState.DOWN:
+        return "down: pool unavailable, no jobs"
+    if pool.devices and job.devices > pool.devices:
+        return f"needs {job.devices} devices, pool has {pool.devices}"
     if pool.engine == "kubernetes" and pool.vendor.key not in job.images and not (pool.kubernetes and pool.kubernetes.image):
         return f"job has no image for vendor {pool.vendor.key}"
     if pool.weight == 0 and pool.state is not PoolState.BACKUP:
@@ -183,7 +186,7 @@ def decide(
 
     eligible = [p for p in ordered if not _why_not(job, p)]
     if not eligible:
-        largest = max((p.capacity for p in pools if p.state is not PoolState.DRAIN), default=0)
+        largest = max((p.devices for p in pools if not p.state.closed), default=0)
         if largest and job.devices > largest:
             return done(
                 None,
@@ -240,5 +243,5 @@ def ramp_shares(decisions: list[Decision]) -> dict[str, float]:
 
 
 def http_route_weights(pools: list[Pool]) -> dict[str, int]:
-    """Backend weights for an inference HTTPRoute: primary and canary weights, 0 for backup and drained."""
+    """Backend weights for an inference HTTPRoute: primary and canary weights, 0 for backup, drained and down pools."""
     return {p.name: (p.weight if p.state in (PoolState.PRIMARY, PoolState.CANARY) else 0) for p in pools}

@@ -30,27 +30,76 @@ def gres_request(pool: Pool, count: int) -> str:
     return ":".join(part for part in (slurm.gres, slurm.gres_type, str(count)) if part)
 
 
+# Reads `scontrol show job -d` on stdin and prints the indices of the GRES `$1` allocated to
+# node `$2`, comma-separated (0,2,3). Slurm prints one line per group of nodes:
+#      Nodes=n[01-02] CPU_IDs=0-15 Mem=0 GRES=npu:910b:2(IDX:1-2),mlu:1(IDX:0)
+# (GRES_IDX=npu:910b(IDX:1-2) before Slurm 20.11). Exit 1 when the node has none.
+GRES_INDICES_SH = r"""accelport_gres_indices() {
+  local line nodes
+  while read -r line; do
+    case $line in Nodes=*GRES*) ;; *) continue ;; esac
+    nodes=${line%% *}; nodes=${nodes#Nodes=}
+    if [ "$nodes" != "$2" ]; then
+      scontrol show hostnames "$nodes" | grep -qxF -- "$2" || continue
+    fi
+    printf '%s\n' "$line" | awk -v name="$1" '
+      { for (f = 1; f <= NF; f++) if ($f ~ /^GRES(_IDX)?=/) { s = $f; sub(/^GRES(_IDX)?=/, "", s)
+          while (match(s, /\(IDX:[^)]*\)/)) {
+            head = substr(s, 1, RSTART - 1); idx = substr(s, RSTART + 5, RLENGTH - 6)
+            s = substr(s, RSTART + RLENGTH); sub(/^,/, "", s); split(head, part, ":")
+            if (part[1] != name) continue
+            n = split(idx, item, ",")
+            for (i = 1; i <= n; i++) {
+              if (item[i] !~ /^[0-9]+(-[0-9]+)?$/) continue
+              m = split(item[i], r, "-"); hi = (m == 2) ? r[2] : r[1]
+              for (d = r[1] + 0; d <= hi + 0; d++) out = out (out == "" ? "" : ",") d
+            }
+          } } }
+      END { if (out == "") exit 1; print out }'
+    return
+  done
+  return 1
+}"""
+
+
 def visible_devices_export(job: JobSpec, pool: Pool) -> tuple[str, str] | None:
-    """The variable the script must export itself, and its value; None when Slurm sets one.
+    """The vendor variable each task must set itself and where its value comes from; None when Slurm sets it.
 
     Slurm exports CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK and
-    GPU_DEVICE_ORDINAL for the `gpu` GRES only. For any other GRES (npu, mlu, ...), or a
-    vendor whose variable is none of those (MUSA_VISIBLE_DEVICES on a `gpu` GRES), the
-    script exports the vendor's variable. Inside a job's device cgroup, or on a node the job
-    has to itself, the job's devices are numbered from 0.
+    GPU_DEVICE_ORDINAL for the `gpu` GRES only. For any other GRES (npu, mlu, ...) each
+    task reads the indices Slurm allocated to its node from `scontrol show job -d`
+    ("gres-indices"); for a vendor on the `gpu` GRES whose variable is none of those
+    (MUSA_VISIBLE_DEVICES) it copies the CUDA_VISIBLE_DEVICES Slurm set for the task
+    ("copy-cuda"). Both happen per task, inside srun: two nodes of one job can hold
+    different device indices.
     """
     facts = scheduler_facts()["slurm"]
     assert pool.slurm is not None
     variables = pool.vendor.visible_devices
     if not variables:
         return None
-    if pool.slurm.gres == facts["gpu_gres_name"] and set(variables) & set(facts["gpu_gres_env"]):
-        return None
-    indices = ",".join(str(i) for i in range(job.devices_per_node))
     if pool.slurm.gres == facts["gpu_gres_name"]:
-        # Slurm numbered the allocation in CUDA_VISIBLE_DEVICES; reuse it.
-        return variables[0], f"${{{variables[0]}:-${{CUDA_VISIBLE_DEVICES:-{indices}}}}}"
-    return variables[0], f"${{{variables[0]}:-{indices}}}"
+        return None if set(variables) & set(facts["gpu_gres_env"]) else (variables[0], "copy-cuda")
+    return variables[0], "gres-indices"
+
+
+def _task_wrapper(pool: Pool, name: str, source: str) -> list[str]:
+    """Shell functions that set `name` in each task, then exec the task's command."""
+    gres = pool.slurm.gres if pool.slurm else ""
+    if source == "copy-cuda":
+        head = [f"# Slurm sets CUDA_VISIBLE_DEVICES for the '{gres}' GRES, not {name}: each task copies it."]
+        value = '"${CUDA_VISIBLE_DEVICES:?Slurm set no CUDA_VISIBLE_DEVICES for this task}"'
+        functions = "accelport_task"
+    else:
+        head = [
+            f"# Slurm sets no {name} for the '{gres}' GRES: each task reads the device indices",
+            "# allocated to its node from `scontrol show job -d`.",
+            *GRES_INDICES_SH.splitlines(),
+        ]
+        missing = f"echo \"accelport: no '{gres}' device indices for $SLURMD_NODENAME in job $SLURM_JOB_ID\" >&2; exit 1"
+        value = f'"$(scontrol show job -d "$SLURM_JOB_ID" | accelport_gres_indices {shlex.quote(gres)} "$SLURMD_NODENAME")" || {{ {missing}; }}'
+        functions = "accelport_gres_indices accelport_task"
+    return [*head, "accelport_task() {", f"  {name}={value}", f"  export {name}", '  exec "$@"', "}", f"export -f {functions}", ""]
 
 
 def render_sbatch(job: JobSpec, pool: Pool) -> str:
@@ -86,26 +135,27 @@ def render_sbatch(job: JobSpec, pool: Pool) -> str:
     if slurm.requeue:
         lines.append("#SBATCH --requeue")
     lines += ["set -euo pipefail", ""]
-    export = visible_devices_export(job, pool)
-    if export is not None:
-        name, value = export
-        lines.append(f"# Slurm sets no {name} for the '{slurm.gres}' GRES: export it here.")
-        lines.append(f'export {name}="{value}"')
     for name, value in injected_env(job, pool).items():
         lines.append(f"export {name}={shlex.quote(value)}")
     lines.append("")
+    export = visible_devices_export(job, pool)
+    srun = "srun"
+    if export is not None:
+        lines += _task_wrapper(pool, *export)
+        srun = "srun bash -c 'accelport_task \"$@\"' accelport"
     if job.launcher == "torchrun" and job.nodes > 1:
         lines.append('head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)')
     command = launch_command(job, _HEAD, _RUN)
     rendered = " ".join(_shell_word(arg) for arg in command)
-    lines.append(f"srun {rendered}")
+    lines.append(f"{srun} {rendered}")
     return "\n".join(lines) + "\n"
 
 
-def gres_conf(pools: list[Pool], nodes: dict[str, str] | None = None, devices_per_node: int = 8) -> str:
-    """gres.conf lines per Slurm pool: AutoDetect where Slurm knows the vendor, File= otherwise.
+def gres_conf(pools: list[Pool], nodes: dict[str, str] | None = None) -> str:
+    """gres.conf lines per Slurm pool, sized by the pool's nodes (devices_per_node), never by a job.
 
-    `nodes` maps pool name to its node list (default: a placeholder to fill in).
+    AutoDetect where Slurm knows the vendor, File= otherwise. `nodes` maps pool name to its
+    node list (default: a placeholder to fill in).
     """
     facts = scheduler_facts()["slurm"]
     lines = ["# gres.conf, rendered by accelport; fill in node names and device files for your site."]
@@ -115,27 +165,28 @@ def gres_conf(pools: list[Pool], nodes: dict[str, str] | None = None, devices_pe
         nodelist = (nodes or {}).get(pool.name, f"<{pool.name}-nodes>")
         autodetect = facts["autodetect"].get(pool.vendor.key, "off")
         type_part = f" Type={pool.slurm.gres_type}" if pool.slurm.gres_type else ""
-        last = devices_per_node - 1
-        lines.append(
-            f"NodeName={nodelist} AutoDetect={autodetect} Name={pool.slurm.gres}{type_part} "
-            f"File=/dev/<{pool.vendor.key}-device>[0-{last}]"
-        )
+        last = pool.devices_per_node - 1
+        files = f"/dev/<{pool.vendor.key}-device>[0-{last}]" if last else f"/dev/<{pool.vendor.key}-device>0"
+        lines.append(f"NodeName={nodelist} AutoDetect={autodetect} Name={pool.slurm.gres}{type_part} File={files}")
     return "\n".join(lines) + "\n"
 
 
-def slurm_conf(pools: list[Pool], nodes: dict[str, str] | None = None, devices_per_node: int = 8) -> str:
-    """slurm.conf lines: GresTypes, one NodeName line and one partition per Slurm pool."""
+def slurm_conf(pools: list[Pool], nodes: dict[str, str] | None = None) -> str:
+    """slurm.conf lines: GresTypes, one NodeName line (the pool's devices per node) and one partition per Slurm pool."""
     slurm_pools = [p for p in pools if p.slurm is not None]
     gres_types = sorted({p.slurm.gres for p in slurm_pools if p.slurm})
     lines = ["# slurm.conf excerpt, rendered by accelport.", f"GresTypes={','.join(gres_types)}"]
     for pool in slurm_pools:
         assert pool.slurm is not None
         nodelist = (nodes or {}).get(pool.name, f"<{pool.name}-nodes>")
+        cpus = f" CPUs={pool.cpus_per_node}" if pool.cpus_per_node else ""
         features = f" Features={pool.slurm.constraint}" if pool.slurm.constraint else ""
-        lines.append(f"NodeName={nodelist} Gres={gres_request(pool, devices_per_node)}{features}")
+        lines.append(f"NodeName={nodelist}{cpus} Gres={gres_request(pool, pool.devices_per_node)}{features}")
     for pool in slurm_pools:
         assert pool.slurm is not None
         nodelist = (nodes or {}).get(pool.name, f"<{pool.name}-nodes>")
-        state = "DOWN" if pool.state.value == "drain" else "UP"
+        # Slurm's DRAIN takes no new jobs and lets queued and running ones finish; DOWN queues
+        # new jobs without starting them. accelport's drain and down map onto those.
+        state = {"drain": "DRAIN", "down": "DOWN"}.get(pool.state.value, "UP")
         lines.append(f"PartitionName={pool.slurm.partition} Nodes={nodelist} State={state}")
     return "\n".join(lines) + "\n"

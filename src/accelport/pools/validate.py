@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from accelport.errors import MissingDependency
+from accelport.errors import MissingDependency, UserError
 from accelport.pools.launch import scheduler_facts
 
 _QUANTITY = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
@@ -77,6 +77,18 @@ def _kubernetes_validate():
     return kubernetes_validate
 
 
+def check_k8s_version(version: str) -> str:
+    """`version` if kubernetes-validate has its schemas, else a UserError listing the ones it has."""
+    kv = _kubernetes_validate()
+    known = sorted({".".join(v.split(".")[:2]) for v in kv.utils.all_versions()}, key=lambda v: tuple(int(p) for p in v.split(".")))
+    wanted = re.match(r"^v?(\d+)\.(\d+)(?:\.\d+)?$", version.strip())
+    if wanted is None or f"{wanted[1]}.{wanted[2]}" not in known:
+        raise UserError(
+            f"--k8s-version {version!r}: no schemas for it in kubernetes-validate; use one of {known[0]} ... {known[-1]}"
+        )
+    return version
+
+
 def _builtin_problems(obj: dict[str, Any], version: str, subject: str, prefix: str = "") -> list[Problem]:
     kv = _kubernetes_validate()
     try:
@@ -86,6 +98,9 @@ def _builtin_problems(obj: dict[str, Any], version: str, subject: str, prefix: s
         if prefix:
             path = f"{prefix}.{path}" if path else prefix
         return [Problem(subject, path, exc.message, "schema")]
+    except kv.utils.VersionNotSupportedError:
+        check_k8s_version(version)
+        raise
     except kv.SchemaNotFoundError:
         return [Problem(subject, "", f"no Kubernetes {version} schema for {obj.get('apiVersion')} {obj.get('kind')}", "schema")]
     return []
