@@ -41,6 +41,21 @@ def test_bad_input_is_one_line_and_exit_2(cli, args):
     assert result.err.count("\n") == 1 and "Traceback" not in result.err
 
 
+@pytest.mark.parametrize("command", ["test", "bench", "tune"])
+def test_a_device_this_machine_lacks_is_one_line_exit_2_naming_the_way_out(cli, command):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device, so --device cuda is valid here")
+    result = cli("kernels", command, "softmax", "--device", "cuda", "--dtype", "float32")
+    assert result.code == 2 and result.out == ""
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    assert "--device cuda" in result.err and "no cuda device" in result.err and "--device cpu" in result.err
+    bogus = cli("kernels", command, "softmax", "--device", "bogus", "--dtype", "float32")
+    assert bogus.code == 2 and bogus.out == "" and bogus.err.count("\n") == 1
+    assert "--device bogus" in bogus.err and "not a device type" in bogus.err
+
+
 def test_bench_on_cpu_times_the_reference_next_to_pytorch_and_says_so(cli):
     result = cli("kernels", "bench", "rms_norm", "gemm", "--device", "cpu", "--dtype", "float32", "--check-targets", "--format", "json")
     assert result.code == 0, result.err

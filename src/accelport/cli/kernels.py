@@ -78,8 +78,10 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_test(args: argparse.Namespace) -> int:
     device = _device(args)
+    from accelport.kernels import bench, validate
+
+    bench.check_device(device)
     _prepare(device)
-    from accelport.kernels import validate
 
     report = validate.run(args.ops or None, device, args.dtype, args.impl, lint=not args.no_lint)
     if args.format == "json":

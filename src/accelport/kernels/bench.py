@@ -171,13 +171,24 @@ def check_device(device: Any) -> None:
 
     try:
         device = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise registry.KernelError(f"{device!r} is not a torch device ({exc})") from None
+    except (RuntimeError, TypeError):
+        raise registry.KernelError(
+            f"--device {device}: not a device type torch knows here; write e.g. cpu, cuda or cuda:0 "
+            "(a vendor type such as npu needs the vendor's torch adapter installed)"
+        ) from None
     if device.type in ("cpu", "meta"):
         return
     module = getattr(torch, device.type, None)
     if module is None or not hasattr(module, "is_available") or not module.is_available():
-        raise registry.KernelError(f"device {device} is not available on this machine; run with --device cpu or on a machine that has it")
+        raise registry.KernelError(
+            f"--device {device}: no {device.type} device on this machine; use --device cpu to run here "
+            "(Triton kernels then run under the interpreter, TRITON_INTERPRET=1), or run on a machine that has one"
+        )
+    count = module.device_count() if hasattr(module, "device_count") else None
+    if device.index is not None and count is not None and device.index >= count:
+        raise registry.KernelError(
+            f"--device {device}: this machine has {count} {device.type} device(s), numbered from 0; choose one of them"
+        )
 
 
 # The GPU acceptance targets of the operator library (issue 8): (operator, what is measured, threshold).
