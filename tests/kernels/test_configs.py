@@ -102,6 +102,23 @@ def test_malformed_tuned_tables_are_one_line_errors(tmp_path, monkeypatch):
     configs.clear_tuned_cache()
 
 
+@pytest.mark.parametrize("command", [("test", "--no-lint"), ("bench",), ("tune", "--max-configs", "1")])
+def test_a_malformed_tuned_table_stops_the_command_with_exit_2_naming_it(cli, tmp_path, monkeypatch, command):
+    """Inside a launch the table's UserError would count as a failed case (exit 1); it is bad input."""
+    bad = tmp_path / "bad-table.json"
+    bad.write_text(json.dumps({"schema_version": 1, "device_key": "cpu", "entries": [{"op": "swiglu", "bucket": "n4096"}]}))
+    monkeypatch.setenv(configs.TUNED_ENV, str(bad))
+    configs.clear_tuned_cache()
+    out = tmp_path / "out.json"
+    extra = ("--table", str(out)) if command[0] == "tune" else ()
+    result = cli("kernels", *command, "swiglu", "--device", "cpu", "--dtype", "float32", *extra)
+    configs.clear_tuned_cache()
+    assert result.code == 2, result.out
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    assert f"{bad}: not a tuned table (missing key 'dtype')" in result.err and result.out == ""
+    assert not out.exists()
+
+
 def test_tune_on_cpu_writes_a_table_that_dispatch_reads(cli, tmp_path, monkeypatch):
     table = tmp_path / "tuned.json"
     result = cli("kernels", "tune", "swiglu", "--device", "cpu", "--dtype", "float32", "--max-configs", "2", "--table", table, "--format", "json")

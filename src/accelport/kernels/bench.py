@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from accelport.kernels import hardware, registry
+from accelport.kernels import configs, hardware, registry
 from accelport.kernels.registry import Case, Operator
 
 CPU_NOTE = "CPU: timed the PyTorch reference path (Triton kernels need an accelerator to be timed)"
@@ -154,6 +154,7 @@ def run(ops: Sequence[Operator], device: Any, dtypes: Sequence[str] | None = Non
     """Benchmark `ops` on `device`; CPU defaults to the small matrix, an accelerator to the bench matrix."""
     import torch
 
+    configs.check_tuned_tables()
     device = torch.device(device)
     which = which or ("small" if device.type == "cpu" else "bench")
     results = []

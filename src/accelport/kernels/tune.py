@@ -74,6 +74,7 @@ def tune(
     """Tune `ops` on `device` over a case matrix (CPU: the small one, else the bench one)."""
     import torch
 
+    configs.check_tuned_tables()  # a bad table must not pass for a candidate that failed to run
     device = torch.device(device)
     which = which or ("small" if device.type == "cpu" else "bench")
     trials: list[Trial] = []

@@ -210,6 +210,7 @@ def validate(
     """Check implementations of `op` against its reference; `fn` checks one callable instead (a planted fault)."""
     import torch
 
+    configs.check_tuned_tables()  # a bad ACCELPORT_KERNEL_TUNED file is bad input, not a failed case
     device = torch.device(device)
     if cases is None:
         cases = op.cases if device.type == "cpu" else (*op.cases, *op.device_cases)
