@@ -86,14 +86,50 @@ def test_bench_fraction_of_peak_comes_from_the_hardware_profile(monkeypatch):
     assert memory.unit == "GB/s" and memory.fraction == pytest.approx(memory.achieved / 4800)
 
 
-def test_targets_judge_the_best_case_and_leave_the_unmeasurable_open():
-    def row(op, fraction, speedup=1.0):
-        return bench.BenchResult(op, "big", "bfloat16", "gpu", "triton", "compute", "TFLOP/s", 1.0, 1.0, 1.0, fraction, speedup, 1.0, None)
+def _bench_row(op, case, fraction, speedup=1.0, large=True, note=""):
+    """One row of a bench JSON file as `accelport kernels bench --format json` writes it, written by hand."""
+    return {
+        "op": op, "case": case, "dtype": "bfloat16", "device": "NVIDIA H200", "implementation": "triton",
+        "fraction_of_peak": fraction, "speedup_vs_torch": speedup, "large_shape": large, "note": note,
+    }  # fmt: skip
 
-    checks = {(t.op, t.measure): t for t in bench.check_targets([row("gemm", 0.72, 0.95), row("flash_attention", 0.40)])}
-    assert checks["gemm", "peak"].passed and checks["gemm", "torch"].passed
-    assert checks["flash_attention", "peak"].passed is False
-    assert checks["softmax", "peak"].passed is None
+
+def test_targets_judge_the_worst_large_shape_row_of_synthetic_bench_json():
+    text = json.dumps({"results": [
+        _bench_row("gemm", "512x512x512", 0.95, 1.5, large=False),  # a small case near peak must not count
+        _bench_row("gemm", "8192x8192x8192", 0.74, 0.97),
+        _bench_row("gemm", "4096x14336x4096", 0.66, 0.92),  # the worst large row misses 70% of peak
+        _bench_row("flash_attention", "b4-h32-s4096-d128", 0.52),
+        _bench_row("flash_attention", "b4-h32-s4096-d128-causal", 0.47),
+        _bench_row("softmax", "256x1000", 0.99, large=False),  # only small rows: no verdict
+        _bench_row("rms_norm", "8192x8192", None),  # no peak known for the device
+        _bench_row("swiglu", "16384x14336", 0.81),
+        _bench_row("rope", "8x4096x32x128", 0.79),
+    ]})  # fmt: skip
+    checks = {(t.op, t.measure): t for t in bench.check_targets(json.loads(text)["results"])}
+    gemm = checks["gemm", "peak"]
+    assert (gemm.value, gemm.case, gemm.passed) == (0.66, "4096x14336x4096", False)
+    assert checks["gemm", "torch"].passed and checks["gemm", "torch"].value == 0.92
+    attention = checks["flash_attention", "peak"]
+    assert attention.passed and (attention.value, attention.case) == (0.47, "b4-h32-s4096-d128-causal")
+    assert checks["softmax", "peak"].passed is None and "no large-shape row" in checks["softmax", "peak"].detail
+    assert checks["rms_norm", "peak"].passed is None and "no peak" in checks["rms_norm", "peak"].detail
+    assert checks["layer_norm", "peak"].passed is None and checks["layer_norm", "peak"].detail == "not benchmarked"
+    assert checks["swiglu", "peak"].passed is True and checks["rope", "peak"].passed is False
+    cpu = bench.check_targets([_bench_row("gemm", "8192x8192x8192", 0.9, 2.0, note=bench.CPU_NOTE)])
+    assert all(t.passed is None for t in cpu if t.op == "gemm")
+
+
+def test_bench_marks_the_rows_of_the_benchmark_matrix_as_large():
+    import dataclasses
+
+    op = get("swiglu")
+    small = bench.bench_case(op, op.cases[0], "float32", "cpu")
+    assert small.large is False and small.to_dict()["large_shape"] is False
+    # The real benchmark matrix is too big for a CPU test: make a small case the matrix.
+    as_bench = dataclasses.replace(op, bench_cases=(op.cases[0],))
+    row = bench.bench_case(as_bench, op.cases[0], "float32", "cpu")
+    assert row.large is True and row.to_dict()["large_shape"] is True
 
 
 def test_hardware_command(cli):

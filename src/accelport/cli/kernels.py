@@ -130,8 +130,9 @@ def run_bench(args: argparse.Namespace) -> int:
     text = text_table(headers, rows) + "".join(f"note: {n}\n" for n in notes)
     for t in targets:
         verdict = "not measurable here" if t.passed is None else ("met" if t.passed else "MISSED")
-        shown = "-" if t.value is None else f"{t.value:.3f}"
-        text += f"target {t.op} {t.measure} >= {t.threshold}: {shown} {verdict}\n"
+        shown = "-" if t.value is None else f"{t.value:.3f} ({t.case})"
+        why = f" ({t.detail})" if t.detail else ""
+        text += f"target {t.op} {t.measure} >= {t.threshold}: {shown} {verdict}{why}\n"
     emit(text, args.output)
     return 1 if missed else 0
 

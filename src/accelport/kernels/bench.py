@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ class BenchResult:
     torch_achieved: float
     torch_fraction: float | None
     note: str = ""
+    large: bool = False  # a case of the operator's benchmark matrix: the "large shapes" the targets speak of
 
     @property
     def speedup(self) -> float:
@@ -64,6 +65,7 @@ class BenchResult:
             "torch_fraction_of_peak": None if self.torch_fraction is None else round(self.torch_fraction, 4),
             "speedup_vs_torch": round(self.speedup, 3),
             "note": self.note,
+            "large_shape": self.large,
         }
 
 
@@ -142,6 +144,7 @@ def bench_case(op: Operator, case: Case, dtype: str, device: Any, seed: int = 0)
         torch_achieved=torch_achieved,
         torch_fraction=torch_achieved / peak if peak else None,
         note=note,
+        large=case in op.bench_cases,
     )
 
 
@@ -212,24 +215,45 @@ class TargetCheck:
     op: str
     measure: str
     threshold: float
-    value: float | None  # the best case of the op; None when nothing could be measured against it
-    passed: bool | None  # None: not measurable here (CPU, unknown peak, op not benchmarked)
-    case: str = ""
+    value: float | None  # the worst large-shape case of the op; None when nothing could be measured against it
+    passed: bool | None  # None: not measurable here (CPU, unknown peak, no large-shape row)
+    case: str = ""  # the case `value` comes from
+    detail: str = ""  # why a target is not measurable
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "measure": self.measure, "threshold": self.threshold, "value": self.value, "passed": self.passed, "case": self.case}
+        return {
+            "op": self.op, "measure": self.measure, "threshold": self.threshold, "value": self.value,
+            "passed": self.passed, "case": self.case, "detail": self.detail,
+        }  # fmt: skip
 
 
-def check_targets(results: Sequence[BenchResult]) -> list[TargetCheck]:
-    """Judge benchmark results against TARGETS; an op's best case (largest shapes come last) counts."""
+def check_targets(results: Sequence[BenchResult | Mapping[str, Any]]) -> list[TargetCheck]:
+    """Judge benchmark rows (BenchResults, or their dicts as in a bench JSON file) against TARGETS.
+
+    The targets are for large shapes, so only rows of an operator's benchmark
+    matrix count (`large_shape`), and every one of them must meet the threshold:
+    the worst such row is the value. A small case that happens to run fast cannot
+    meet a target, and a large one that misses it cannot hide behind another.
+    """
+    rows = [r.to_dict() if isinstance(r, BenchResult) else r for r in results]
     checks = []
     for op, measure, threshold in TARGETS:
-        mine = [r for r in results if r.op == op and r.note != CPU_NOTE]
-        values = [(r.fraction if measure == "peak" else r.speedup, r.case) for r in mine]
-        values = [(v, c) for v, c in values if v is not None]
+        mine = [r for r in rows if r["op"] == op]
+        measured = [r for r in mine if r.get("note") != CPU_NOTE]
+        large = [r for r in measured if r.get("large_shape")]
+        key = "fraction_of_peak" if measure == "peak" else "speedup_vs_torch"
+        values = [(r[key], r["case"]) for r in large if r.get(key) is not None]
         if not values:
-            checks.append(TargetCheck(op, measure, threshold, None, None))
+            if not mine:
+                why = "not benchmarked"
+            elif not measured:
+                why = "CPU rows time the reference, not a kernel on a GPU"
+            elif not large:
+                why = "no large-shape row: run the bench matrix (--cases bench)"
+            else:
+                why = "no peak known for this device"
+            checks.append(TargetCheck(op, measure, threshold, None, None, detail=why))
             continue
-        value, case = max(values)
+        value, case = min(values)
         checks.append(TargetCheck(op, measure, threshold, round(value, 4), value >= threshold, case))
     return checks
