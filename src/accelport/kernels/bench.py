@@ -120,7 +120,8 @@ def bench_case(op: Operator, case: Case, dtype: str, device: Any, seed: int = 0)
     implementation, _forced = op.select(device.type)
     with torch.no_grad():
         ms = time_ms(lambda: op(*inputs.args, **inputs.kwargs), device)
-        torch_ms = time_ms(lambda: op.torch_op(*inputs.args, **inputs.kwargs), device)
+        baseline = op.torch_inputs(inputs) if op.torch_inputs is not None else inputs  # outside the timed call
+        torch_ms = time_ms(lambda: op.torch_op(*baseline.args, **baseline.kwargs), device)
     cost = op.cost(case, dtype)
     hw = hardware.detect(device)
     peak = _peak(hw, cost, dtype)
