@@ -149,3 +149,35 @@ def test_benchmark_script_prints_one_json_object(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["device"] == "cpu" and {r["op"] for r in data["results"]} == {"swiglu"}
     assert all(r["torch_ms"] > 0 for r in data["results"]) and data["targets"]
+
+
+def _impls(result):
+    assert result.code == 0, result.err
+    return sorted({(r["op"], r["implementation"]) for r in json.loads(result.out)["results"]})
+
+
+def test_test_command_validates_what_accelport_kernel_impl_forces(cli, monkeypatch):
+    args = ("kernels", "test", "swiglu", "softmax", "--device", "cpu", "--dtype", "float32", "--no-lint", "--format", "json")
+    assert _impls(cli(*args)) == [("softmax", "triton"), ("softmax", "triton-npu"), ("swiglu", "triton")]
+    monkeypatch.setenv("ACCELPORT_KERNEL_IMPL", "softmax=triton-npu")
+    assert _impls(cli(*args)) == [("softmax", "triton-npu"), ("swiglu", "triton")]
+    monkeypatch.setenv("ACCELPORT_KERNEL_IMPL", "softmax=reference,swiglu=auto")
+    assert _impls(cli(*args)) == [("softmax", "reference"), ("swiglu", "triton")]
+    monkeypatch.setenv("ACCELPORT_KERNEL_IMPL", "softmax=triton-npu")
+    assert _impls(cli(*args, "--impl", "triton")) == [("softmax", "triton"), ("swiglu", "triton")]  # --impl wins
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("swiglu=bogus", "ACCELPORT_KERNEL_IMPL=swiglu=bogus: swiglu: no implementation 'bogus'"),
+        ("softmax=triton-npu", "ACCELPORT_KERNEL_IMPL=softmax=triton-npu: softmax: implementation 'triton-npu' cannot load"),
+        ("conv=triton", "ACCELPORT_KERNEL_IMPL: unknown operator 'conv'"),
+    ],
+)
+def test_a_forced_implementation_that_cannot_load_is_exit_2_not_a_fallback(cli, monkeypatch, value, message):
+    monkeypatch.setitem(get("softmax").overrides, "npu", "accelport.kernels.no_such_module:softmax")
+    monkeypatch.setenv("ACCELPORT_KERNEL_IMPL", value)
+    result = cli("kernels", "test", "swiglu", "softmax", "--device", "cpu", "--dtype", "float32", "--no-lint")
+    assert result.code == 2 and result.out == ""
+    assert result.err.count("\n") == 1 and message in result.err and "Traceback" not in result.err
