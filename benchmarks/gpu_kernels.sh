@@ -1,23 +1,43 @@
 #!/usr/bin/env bash
 # accelport's Triton operator library on a GPU: validation, benchmarks against PyTorch, tuning,
-# then the benchmarks again with the tuned table, all within 8 minutes. Prepared for a lent
-# GPU machine; every command it runs is also exercised on CPU by tests/kernels/test_gpu_script.py.
+# then the benchmarks again with the tuned table. Prepared for a lent GPU machine.
 #
 #   benchmarks/gpu_kernels.sh                       # all operators, bf16, device cuda, results in $OUT
 #   OPS="gemm flash_attention" benchmarks/gpu_kernels.sh
+#   DRY_RUN=1 benchmarks/gpu_kernels.sh             # every step on CPU, tiny shapes, one operator
+#
+# Time: each step runs under its own limit (timeout, then SIGKILL 5 s later), and no limit reaches
+# past BUDGET seconds from the start less a reserve for the summary, so the whole run ends within
+# BUDGET + 15 s (default 450 s + 15 s, under 8 minutes) whatever hangs. A step cut short is recorded
+# as TIMED OUT; tuning writes its table after each operator, so what it finished is kept and the
+# tuned benchmark still runs. A step with no time left is SKIPPED.
 #
 # Environment: OUT (results folder; default ./gpu-kernels), DEVICE (default cuda), DTYPE (default
-# bfloat16), OPS (space-separated operators; default all), PYTHON (default .venv/bin/python if it
-# exists, else python3), MAX_CONFIGS (tuning candidates per case; default 6).
-# Writes: doctor.json, test.json, bench.json, tune.json, tuned-<device>.json, bench-tuned.json,
-# summary.txt. Exit code: 0 when validation passed and every measurable target was met, else 1.
+# bfloat16), OPS (space-separated operators; default all), CASES (benchmark and tuning matrix:
+# small, device or bench; default: the command's own, bench on a GPU), PYTHON (default
+# .venv/bin/python if it exists, else python3), MAX_CONFIGS (tuning candidates per case; default 6),
+# BUDGET (seconds; default 450). Validation covers every dtype, the other steps DTYPE. DRY_RUN=1
+# sets DEVICE=cpu, DTYPE=float32 (validation too), CASES=small, and MAX_CONFIGS=1 and OPS=swiglu
+# unless given: the Triton kernels run under the interpreter.
+# Writes to $OUT: steps.txt (one "step exit-code" line each; 124 = timed out, skipped = no time),
+# doctor.json, test.json, bench.json, tune.json, tuned.json (the tuned table), bench-tuned.json,
+# summary.txt. Exit code: 0 when every step exited 0 (validation passed, every measurable target
+# met, tuned entries written), else 1.
 set -uo pipefail
 
+if [[ "${DRY_RUN:-0}" == 1 ]]; then
+  DEVICE=cpu DTYPE=float32 CASES=small MAX_CONFIGS=${MAX_CONFIGS:-1} OPS=${OPS:-swiglu}
+  test_dtypes=(--dtype float32)
+else
+  test_dtypes=()  # validation on the device covers every dtype of each operator
+fi
 OUT=${OUT:-gpu-kernels}
 DEVICE=${DEVICE:-cuda}
 DTYPE=${DTYPE:-bfloat16}
 OPS=${OPS:-}
+CASES=${CASES:-}
 MAX_CONFIGS=${MAX_CONFIGS:-6}
+BUDGET=${BUDGET:-450}
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
@@ -25,13 +45,26 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 started=$SECONDS
 status=0
+KILL_AFTER=5
+RESERVE=10  # seconds kept for the summary after the last step
+cases=()
+[[ -n "$CASES" ]] && cases=(--cases "$CASES")
 
-# run SECONDS NAME COMMAND...: one step under a time limit; its exit code is recorded, not fatal.
+# run SECONDS NAME COMMAND...: one step under min(SECONDS, what the budget has left); its exit
+# code is recorded, not fatal.
 run() {
   local limit=$1 name=$2
   shift 2
+  local left=$((BUDGET - (SECONDS - started) - KILL_AFTER - RESERVE))
+  if ((left < limit)); then limit=$left; fi
+  if ((limit < 5)); then
+    echo "-- $name: SKIPPED, the ${BUDGET}s budget is spent"
+    echo "$name skipped" >> "$OUT/steps.txt"
+    status=1
+    return
+  fi
   echo "== $name (limit ${limit}s, $((SECONDS - started))s elapsed)"
-  timeout --kill-after=10 "$limit" "$@"
+  timeout --kill-after="$KILL_AFTER" "$limit" "$@"
   local rc=$?
   case $rc in
     0) echo "-- $name: ok" ;;
@@ -42,22 +75,26 @@ run() {
 }
 
 : > "$OUT/steps.txt"
+rm -f "$OUT/tuned.json"  # a table from an earlier run must not pass for this one's
+# Step limits add up to 435 s, more than the budget leaves: a slow early step takes time from the
+# last ones, never from the total.
 # shellcheck disable=SC2086  # OPS is a list of words on purpose
 run 15  doctor "$PYTHON" -m accelport doctor --format json -o "$OUT/doctor.json"
-run 200 test   "$PYTHON" -m accelport kernels test $OPS --device "$DEVICE" --format json -o "$OUT/test.json"
-run 80  bench  "$PYTHON" -m accelport kernels bench $OPS --device "$DEVICE" --dtype "$DTYPE" --check-targets --format json -o "$OUT/bench.json"
-run 100 tune   "$PYTHON" -m accelport kernels tune $OPS --device "$DEVICE" --dtype "$DTYPE" --max-configs "$MAX_CONFIGS" \
-               --table "$OUT/tuned.json" --format json -o "$OUT/tune.json"
+run 170 test   "$PYTHON" -m accelport kernels test $OPS --device "$DEVICE" "${test_dtypes[@]}" --format json -o "$OUT/test.json"
+run 75  bench  "$PYTHON" -m accelport kernels bench $OPS --device "$DEVICE" --dtype "$DTYPE" "${cases[@]}" --check-targets \
+               --format json -o "$OUT/bench.json"
+run 120 tune   "$PYTHON" -m accelport kernels tune $OPS --device "$DEVICE" --dtype "$DTYPE" "${cases[@]}" \
+               --max-configs "$MAX_CONFIGS" --table "$OUT/tuned.json" --format json -o "$OUT/tune.json"
 if [[ -f "$OUT/tuned.json" ]]; then
   ACCELPORT_KERNEL_TUNED="$OUT/tuned.json" \
-    run 55 bench-tuned "$PYTHON" -m accelport kernels bench $OPS --device "$DEVICE" --dtype "$DTYPE" --check-targets \
-               --format json -o "$OUT/bench-tuned.json"
+    run 55 bench-tuned "$PYTHON" -m accelport kernels bench $OPS --device "$DEVICE" --dtype "$DTYPE" "${cases[@]}" \
+               --check-targets --format json -o "$OUT/bench-tuned.json"
 fi
 
 # Summary: one line per target from the tuned benchmark if there is one, else the first.
 summary_from="$OUT/bench-tuned.json"
 [[ -f "$summary_from" ]] || summary_from="$OUT/bench.json"
-"$PYTHON" - "$summary_from" "$OUT/test.json" > "$OUT/summary.txt" <<'PY'
+timeout "$RESERVE" "$PYTHON" - "$summary_from" "$OUT/test.json" > "$OUT/summary.txt" <<'PY'
 import json, sys
 bench_path, test_path = sys.argv[1], sys.argv[2]
 try:
@@ -76,7 +113,8 @@ for r in bench["results"]:
     print(f"  {r['op']:24} {r['case']:28} {r['achieved']:10.3f} {r['unit']:8} {frac:16} torch {r['torch_achieved']:.3f} ({r['speedup_vs_torch']:.2f}x)")
 for t in bench.get("targets", []):
     verdict = "not measurable here" if t["passed"] is None else ("met" if t["passed"] else "MISSED")
-    print(f"target {t['op']} {t['measure']} >= {t['threshold']}: {t['value']} {verdict}")
+    case = f" ({t['case']})" if t.get("case") else ""
+    print(f"target {t['op']} {t['measure']} >= {t['threshold']}: {t['value']}{case} {verdict}")
 PY
 cat "$OUT/summary.txt"
 echo "== done in $((SECONDS - started))s; results in $OUT"

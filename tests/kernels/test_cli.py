@@ -41,6 +41,21 @@ def test_bad_input_is_one_line_and_exit_2(cli, args):
     assert result.err.count("\n") == 1 and "Traceback" not in result.err
 
 
+@pytest.mark.parametrize("command", ["test", "bench", "tune"])
+def test_a_device_this_machine_lacks_is_one_line_exit_2_naming_the_way_out(cli, command):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device, so --device cuda is valid here")
+    result = cli("kernels", command, "softmax", "--device", "cuda", "--dtype", "float32")
+    assert result.code == 2 and result.out == ""
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    assert "--device cuda" in result.err and "no cuda device" in result.err and "--device cpu" in result.err
+    bogus = cli("kernels", command, "softmax", "--device", "bogus", "--dtype", "float32")
+    assert bogus.code == 2 and bogus.out == "" and bogus.err.count("\n") == 1
+    assert "--device bogus" in bogus.err and "not a device type" in bogus.err
+
+
 def test_bench_on_cpu_times_the_reference_next_to_pytorch_and_says_so(cli):
     result = cli("kernels", "bench", "rms_norm", "gemm", "--device", "cpu", "--dtype", "float32", "--check-targets", "--format", "json")
     assert result.code == 0, result.err
@@ -71,14 +86,50 @@ def test_bench_fraction_of_peak_comes_from_the_hardware_profile(monkeypatch):
     assert memory.unit == "GB/s" and memory.fraction == pytest.approx(memory.achieved / 4800)
 
 
-def test_targets_judge_the_best_case_and_leave_the_unmeasurable_open():
-    def row(op, fraction, speedup=1.0):
-        return bench.BenchResult(op, "big", "bfloat16", "gpu", "triton", "compute", "TFLOP/s", 1.0, 1.0, 1.0, fraction, speedup, 1.0, None)
+def _bench_row(op, case, fraction, speedup=1.0, large=True, note=""):
+    """One row of a bench JSON file as `accelport kernels bench --format json` writes it, written by hand."""
+    return {
+        "op": op, "case": case, "dtype": "bfloat16", "device": "NVIDIA H200", "implementation": "triton",
+        "fraction_of_peak": fraction, "speedup_vs_torch": speedup, "large_shape": large, "note": note,
+    }  # fmt: skip
 
-    checks = {(t.op, t.measure): t for t in bench.check_targets([row("gemm", 0.72, 0.95), row("flash_attention", 0.40)])}
-    assert checks["gemm", "peak"].passed and checks["gemm", "torch"].passed
-    assert checks["flash_attention", "peak"].passed is False
-    assert checks["softmax", "peak"].passed is None
+
+def test_targets_judge_the_worst_large_shape_row_of_synthetic_bench_json():
+    text = json.dumps({"results": [
+        _bench_row("gemm", "512x512x512", 0.95, 1.5, large=False),  # a small case near peak must not count
+        _bench_row("gemm", "8192x8192x8192", 0.74, 0.97),
+        _bench_row("gemm", "4096x14336x4096", 0.66, 0.92),  # the worst large row misses 70% of peak
+        _bench_row("flash_attention", "b4-h32-s4096-d128", 0.52),
+        _bench_row("flash_attention", "b4-h32-s4096-d128-causal", 0.47),
+        _bench_row("softmax", "256x1000", 0.99, large=False),  # only small rows: no verdict
+        _bench_row("rms_norm", "8192x8192", None),  # no peak known for the device
+        _bench_row("swiglu", "16384x14336", 0.81),
+        _bench_row("rope", "8x4096x32x128", 0.79),
+    ]})  # fmt: skip
+    checks = {(t.op, t.measure): t for t in bench.check_targets(json.loads(text)["results"])}
+    gemm = checks["gemm", "peak"]
+    assert (gemm.value, gemm.case, gemm.passed) == (0.66, "4096x14336x4096", False)
+    assert checks["gemm", "torch"].passed and checks["gemm", "torch"].value == 0.92
+    attention = checks["flash_attention", "peak"]
+    assert attention.passed and (attention.value, attention.case) == (0.47, "b4-h32-s4096-d128-causal")
+    assert checks["softmax", "peak"].passed is None and "no large-shape row" in checks["softmax", "peak"].detail
+    assert checks["rms_norm", "peak"].passed is None and "no peak" in checks["rms_norm", "peak"].detail
+    assert checks["layer_norm", "peak"].passed is None and checks["layer_norm", "peak"].detail == "not benchmarked"
+    assert checks["swiglu", "peak"].passed is True and checks["rope", "peak"].passed is False
+    cpu = bench.check_targets([_bench_row("gemm", "8192x8192x8192", 0.9, 2.0, note=bench.CPU_NOTE)])
+    assert all(t.passed is None for t in cpu if t.op == "gemm")
+
+
+def test_bench_marks_the_rows_of_the_benchmark_matrix_as_large():
+    import dataclasses
+
+    op = get("swiglu")
+    small = bench.bench_case(op, op.cases[0], "float32", "cpu")
+    assert small.large is False and small.to_dict()["large_shape"] is False
+    # The real benchmark matrix is too big for a CPU test: make a small case the matrix.
+    as_bench = dataclasses.replace(op, bench_cases=(op.cases[0],))
+    row = bench.bench_case(as_bench, op.cases[0], "float32", "cpu")
+    assert row.large is True and row.to_dict()["large_shape"] is True
 
 
 def test_hardware_command(cli):
@@ -98,3 +149,35 @@ def test_benchmark_script_prints_one_json_object(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["device"] == "cpu" and {r["op"] for r in data["results"]} == {"swiglu"}
     assert all(r["torch_ms"] > 0 for r in data["results"]) and data["targets"]
+
+
+def _impls(result):
+    assert result.code == 0, result.err
+    return sorted({(r["op"], r["implementation"]) for r in json.loads(result.out)["results"]})
+
+
+def test_test_command_validates_what_accelport_kernel_impl_forces(cli, monkeypatch):
+    args = ("kernels", "test", "swiglu", "softmax", "--device", "cpu", "--dtype", "float32", "--no-lint", "--format", "json")
+    assert _impls(cli(*args)) == [("softmax", "triton"), ("softmax", "triton-npu"), ("swiglu", "triton")]
+    monkeypatch.setenv("ACCELPORT_KERNEL_IMPL", "softmax=triton-npu")
+    assert _impls(cli(*args)) == [("softmax", "triton-npu"), ("swiglu", "triton")]
+    monkeypatch.setenv("ACCELPORT_KERNEL_IMPL", "softmax=reference,swiglu=auto")
+    assert _impls(cli(*args)) == [("softmax", "reference"), ("swiglu", "triton")]
+    monkeypatch.setenv("ACCELPORT_KERNEL_IMPL", "softmax=triton-npu")
+    assert _impls(cli(*args, "--impl", "triton")) == [("softmax", "triton"), ("swiglu", "triton")]  # --impl wins
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("swiglu=bogus", "ACCELPORT_KERNEL_IMPL=swiglu=bogus: swiglu: no implementation 'bogus'"),
+        ("softmax=triton-npu", "ACCELPORT_KERNEL_IMPL=softmax=triton-npu: softmax: implementation 'triton-npu' cannot load"),
+        ("conv=triton", "ACCELPORT_KERNEL_IMPL: unknown operator 'conv'"),
+    ],
+)
+def test_a_forced_implementation_that_cannot_load_is_exit_2_not_a_fallback(cli, monkeypatch, value, message):
+    monkeypatch.setitem(get("softmax").overrides, "npu", "accelport.kernels.no_such_module:softmax")
+    monkeypatch.setenv("ACCELPORT_KERNEL_IMPL", value)
+    result = cli("kernels", "test", "swiglu", "softmax", "--device", "cpu", "--dtype", "float32", "--no-lint")
+    assert result.code == 2 and result.out == ""
+    assert result.err.count("\n") == 1 and message in result.err and "Traceback" not in result.err

@@ -102,6 +102,23 @@ def test_malformed_tuned_tables_are_one_line_errors(tmp_path, monkeypatch):
     configs.clear_tuned_cache()
 
 
+@pytest.mark.parametrize("command", [("test", "--no-lint"), ("bench",), ("tune", "--max-configs", "1")])
+def test_a_malformed_tuned_table_stops_the_command_with_exit_2_naming_it(cli, tmp_path, monkeypatch, command):
+    """Inside a launch the table's UserError would count as a failed case (exit 1); it is bad input."""
+    bad = tmp_path / "bad-table.json"
+    bad.write_text(json.dumps({"schema_version": 1, "device_key": "cpu", "entries": [{"op": "swiglu", "bucket": "n4096"}]}))
+    monkeypatch.setenv(configs.TUNED_ENV, str(bad))
+    configs.clear_tuned_cache()
+    out = tmp_path / "out.json"
+    extra = ("--table", str(out)) if command[0] == "tune" else ()
+    result = cli("kernels", *command, "swiglu", "--device", "cpu", "--dtype", "float32", *extra)
+    configs.clear_tuned_cache()
+    assert result.code == 2, result.out
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    assert f"{bad}: not a tuned table (missing key 'dtype')" in result.err and result.out == ""
+    assert not out.exists()
+
+
 def test_tune_on_cpu_writes_a_table_that_dispatch_reads(cli, tmp_path, monkeypatch):
     table = tmp_path / "tuned.json"
     result = cli("kernels", "tune", "swiglu", "--device", "cpu", "--dtype", "float32", "--max-configs", "2", "--table", table, "--format", "json")
@@ -115,4 +132,50 @@ def test_tune_on_cpu_writes_a_table_that_dispatch_reads(cli, tmp_path, monkeypat
     configs.clear_tuned_cache()
     chosen = configs.choose("swiglu", get("swiglu").config_space, {"n": 2100, "dtype": "float32"}, "cpu")
     assert chosen.to_dict() == next(e["config"] for e in data["entries"] if e["bucket"] == "n4096")
+    configs.clear_tuned_cache()
+
+
+def test_tune_creates_missing_folders_and_refuses_unusable_tables_with_exit_2(cli, tmp_path):
+    deep = tmp_path / "a" / "b" / "tuned.json"
+    result = cli("kernels", "tune", "swiglu", "--device", "cpu", "--dtype", "float32", "--max-configs", "1", "--table", deep)
+    assert result.code == 0, result.err
+    assert json.loads(deep.read_text())["entries"]
+    assert [p.name for p in deep.parent.iterdir()] == ["tuned.json"]  # no temporary file left beside it
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(configs.table_json("h100-sxm", "H100", [], {"source": "test"}))
+    for table, message in [
+        (blocker / "tuned.json", f"{blocker} is not a folder"),
+        (tmp_path, "is a folder; give --table a file name"),
+        (foreign, "holds a table for h100-sxm, not cpu"),
+    ]:
+        bad = cli("kernels", "tune", "swiglu", "--device", "cpu", "--dtype", "float32", "--max-configs", "1", "--table", table)
+        assert bad.code == 2 and bad.out == "", (table, bad.out)
+        assert bad.err.count("\n") == 1 and message in bad.err and "Traceback" not in bad.err
+    assert bad.err.startswith(f"accelport: error: {foreign}:")
+    assert cli("kernels", "tune", "swiglu", "--device", "cpu", "--max-configs", "0").code == 2
+
+
+def test_tune_writes_its_table_after_each_operator_so_a_cut_short_run_keeps_finished_work(tmp_path, monkeypatch):
+    from accelport.kernels import tune
+
+    table = tmp_path / "tuned.json"
+    real = tune.tune_case
+
+    def interrupted_on_softmax(op, *args, **kwargs):
+        if op.name == "softmax":
+            raise KeyboardInterrupt  # what a timeout or Ctrl-C does part-way through the second operator
+        return real(op, *args, **kwargs)
+
+    monkeypatch.setattr(tune, "tune_case", interrupted_on_softmax)
+    with pytest.raises(KeyboardInterrupt):
+        tune.tune([get("swiglu"), get("softmax")], "cpu", ["float32"], "small", max_configs=1, table=table)
+    data = json.loads(table.read_text())
+    assert {e["op"] for e in data["entries"]} == {"swiglu"} and len(data["entries"]) == 2
+    monkeypatch.setattr(tune, "tune_case", real)
+    tune.tune([get("softmax")], "cpu", ["float32"], "small", max_configs=1, table=table)
+    merged = json.loads(table.read_text())
+    assert {e["op"] for e in merged["entries"]} == {"swiglu", "softmax"}  # the next run merges, keeping swiglu
+    assert [p.name for p in tmp_path.iterdir()] == ["tuned.json"]
     configs.clear_tuned_cache()

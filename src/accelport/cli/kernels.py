@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport.cli._output import Style, emit, use_color
+from accelport.errors import UserError
 from accelport.report.table import text_table
 
 ORDER = 60
@@ -78,8 +79,10 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_test(args: argparse.Namespace) -> int:
     device = _device(args)
+    from accelport.kernels import bench, validate
+
+    bench.check_device(device)
     _prepare(device)
-    from accelport.kernels import validate
 
     report = validate.run(args.ops or None, device, args.dtype, args.impl, lint=not args.no_lint)
     if args.format == "json":
@@ -127,8 +130,9 @@ def run_bench(args: argparse.Namespace) -> int:
     text = text_table(headers, rows) + "".join(f"note: {n}\n" for n in notes)
     for t in targets:
         verdict = "not measurable here" if t.passed is None else ("met" if t.passed else "MISSED")
-        shown = "-" if t.value is None else f"{t.value:.3f}"
-        text += f"target {t.op} {t.measure} >= {t.threshold}: {shown} {verdict}\n"
+        shown = "-" if t.value is None else f"{t.value:.3f} ({t.case})"
+        why = f" ({t.detail})" if t.detail else ""
+        text += f"target {t.op} {t.measure} >= {t.threshold}: {shown} {verdict}{why}\n"
     emit(text, args.output)
     return 1 if missed else 0
 
@@ -146,10 +150,11 @@ def run_tune(args: argparse.Namespace) -> int:
     if device.split(":")[0] == "cpu":
         for op in ops:
             registry.check_runnable(op.name, registry.TRITON, "cpu")
-    trials, entries = tune.tune(ops, device, args.dtype, args.cases, args.max_configs)
+    if args.max_configs < 1:
+        raise UserError(f"--max-configs {args.max_configs}: must be at least 1")
     table = Path(args.table or f"tuned-{configs.device_key(device)}.json")
-    if entries:
-        tune.write_table(table, device, entries)
+    # The table is written after each operator, so a run cut short keeps what it finished.
+    trials, entries = tune.tune(ops, device, args.dtype, args.cases, args.max_configs, table=table)
     data = {"device": device, "table": str(table), "entries": [e.to_dict() for e in entries], "trials": [t.to_dict() for t in trials]}
     if args.format == "json":
         _json(data, args)
@@ -245,7 +250,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--cases", choices=("small", "device", "bench"), help="which matrix (default: bench; small on CPU)")
     p.add_argument("--max-configs", type=int, default=8, metavar="N", help="time at most N candidates per case (default: %(default)s)")
-    p.add_argument("--table", metavar="FILE", help="tuned table to write or merge into (default: tuned-<device>.json)")
+    p.add_argument(
+        "--table", metavar="FILE",
+        help="tuned table to write or merge into, after each operator; missing folders are created (default: tuned-<device>.json)",
+    )  # fmt: skip
     p.set_defaults(handler=run_tune)
 
     p = sub.add_parser("aot", help="compile every launch for GPU targets without a GPU; check shared memory")

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from accelport.kernels import hardware, registry
+from accelport.kernels import configs, hardware, registry
 from accelport.kernels.registry import Case, Operator
 
 CPU_NOTE = "CPU: timed the PyTorch reference path (Triton kernels need an accelerator to be timed)"
@@ -40,6 +40,7 @@ class BenchResult:
     torch_achieved: float
     torch_fraction: float | None
     note: str = ""
+    large: bool = False  # a case of the operator's benchmark matrix: the "large shapes" the targets speak of
 
     @property
     def speedup(self) -> float:
@@ -64,6 +65,7 @@ class BenchResult:
             "torch_fraction_of_peak": None if self.torch_fraction is None else round(self.torch_fraction, 4),
             "speedup_vs_torch": round(self.speedup, 3),
             "note": self.note,
+            "large_shape": self.large,
         }
 
 
@@ -118,7 +120,8 @@ def bench_case(op: Operator, case: Case, dtype: str, device: Any, seed: int = 0)
     implementation, _forced = op.select(device.type)
     with torch.no_grad():
         ms = time_ms(lambda: op(*inputs.args, **inputs.kwargs), device)
-        torch_ms = time_ms(lambda: op.torch_op(*inputs.args, **inputs.kwargs), device)
+        baseline = op.torch_inputs(inputs) if op.torch_inputs is not None else inputs  # outside the timed call
+        torch_ms = time_ms(lambda: op.torch_op(*baseline.args, **baseline.kwargs), device)
     cost = op.cost(case, dtype)
     hw = hardware.detect(device)
     peak = _peak(hw, cost, dtype)
@@ -142,6 +145,7 @@ def bench_case(op: Operator, case: Case, dtype: str, device: Any, seed: int = 0)
         torch_achieved=torch_achieved,
         torch_fraction=torch_achieved / peak if peak else None,
         note=note,
+        large=case in op.bench_cases,
     )
 
 
@@ -154,6 +158,7 @@ def run(ops: Sequence[Operator], device: Any, dtypes: Sequence[str] | None = Non
     """Benchmark `ops` on `device`; CPU defaults to the small matrix, an accelerator to the bench matrix."""
     import torch
 
+    configs.check_tuned_tables()
     device = torch.device(device)
     which = which or ("small" if device.type == "cpu" else "bench")
     results = []
@@ -171,13 +176,24 @@ def check_device(device: Any) -> None:
 
     try:
         device = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise registry.KernelError(f"{device!r} is not a torch device ({exc})") from None
+    except (RuntimeError, TypeError):
+        raise registry.KernelError(
+            f"--device {device}: not a device type torch knows here; write e.g. cpu, cuda or cuda:0 "
+            "(a vendor type such as npu needs the vendor's torch adapter installed)"
+        ) from None
     if device.type in ("cpu", "meta"):
         return
     module = getattr(torch, device.type, None)
     if module is None or not hasattr(module, "is_available") or not module.is_available():
-        raise registry.KernelError(f"device {device} is not available on this machine; run with --device cpu or on a machine that has it")
+        raise registry.KernelError(
+            f"--device {device}: no {device.type} device on this machine; use --device cpu to run here "
+            "(Triton kernels then run under the interpreter, TRITON_INTERPRET=1), or run on a machine that has one"
+        )
+    count = module.device_count() if hasattr(module, "device_count") else None
+    if device.index is not None and count is not None and device.index >= count:
+        raise registry.KernelError(
+            f"--device {device}: this machine has {count} {device.type} device(s), numbered from 0; choose one of them"
+        )
 
 
 # The GPU acceptance targets of the operator library (issue 8): (operator, what is measured, threshold).
@@ -200,24 +216,45 @@ class TargetCheck:
     op: str
     measure: str
     threshold: float
-    value: float | None  # the best case of the op; None when nothing could be measured against it
-    passed: bool | None  # None: not measurable here (CPU, unknown peak, op not benchmarked)
-    case: str = ""
+    value: float | None  # the worst large-shape case of the op; None when nothing could be measured against it
+    passed: bool | None  # None: not measurable here (CPU, unknown peak, no large-shape row)
+    case: str = ""  # the case `value` comes from
+    detail: str = ""  # why a target is not measurable
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "measure": self.measure, "threshold": self.threshold, "value": self.value, "passed": self.passed, "case": self.case}
+        return {
+            "op": self.op, "measure": self.measure, "threshold": self.threshold, "value": self.value,
+            "passed": self.passed, "case": self.case, "detail": self.detail,
+        }  # fmt: skip
 
 
-def check_targets(results: Sequence[BenchResult]) -> list[TargetCheck]:
-    """Judge benchmark results against TARGETS; an op's best case (largest shapes come last) counts."""
+def check_targets(results: Sequence[BenchResult | Mapping[str, Any]]) -> list[TargetCheck]:
+    """Judge benchmark rows (BenchResults, or their dicts as in a bench JSON file) against TARGETS.
+
+    The targets are for large shapes, so only rows of an operator's benchmark
+    matrix count (`large_shape`), and every one of them must meet the threshold:
+    the worst such row is the value. A small case that happens to run fast cannot
+    meet a target, and a large one that misses it cannot hide behind another.
+    """
+    rows = [r.to_dict() if isinstance(r, BenchResult) else r for r in results]
     checks = []
     for op, measure, threshold in TARGETS:
-        mine = [r for r in results if r.op == op and r.note != CPU_NOTE]
-        values = [(r.fraction if measure == "peak" else r.speedup, r.case) for r in mine]
-        values = [(v, c) for v, c in values if v is not None]
+        mine = [r for r in rows if r["op"] == op]
+        measured = [r for r in mine if r.get("note") != CPU_NOTE]
+        large = [r for r in measured if r.get("large_shape")]
+        key = "fraction_of_peak" if measure == "peak" else "speedup_vs_torch"
+        values = [(r[key], r["case"]) for r in large if r.get(key) is not None]
         if not values:
-            checks.append(TargetCheck(op, measure, threshold, None, None))
+            if not mine:
+                why = "not benchmarked"
+            elif not measured:
+                why = "CPU rows time the reference, not a kernel on a GPU"
+            elif not large:
+                why = "no large-shape row: run the bench matrix (--cases bench)"
+            else:
+                why = "no peak known for this device"
+            checks.append(TargetCheck(op, measure, threshold, None, None, detail=why))
             continue
-        value, case = max(values)
+        value, case = min(values)
         checks.append(TargetCheck(op, measure, threshold, round(value, 4), value >= threshold, case))
     return checks

@@ -250,7 +250,8 @@ def read_table(text: str, origin: str) -> list[TunedEntry]:
             for e in data["entries"]
         ]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise UserError(f"{origin}: not a tuned table ({exc}); regenerate it with `accelport kernels tune`") from None
+        why = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"{origin}: not a tuned table ({why}); regenerate it with `accelport kernels tune`") from None
 
 
 def tuned_entries() -> list[TunedEntry]:
@@ -283,6 +284,16 @@ _index_cache: dict[tuple, dict[tuple[str, str, str, str], TunedEntry]] = {}
 
 def clear_tuned_cache() -> None:
     _index_cache.clear()
+
+
+def check_tuned_tables() -> int:
+    """Read every tuned table now; a malformed or missing one is a UserError naming the file.
+
+    Commands call this before running kernels: inside a launch the same error
+    would be caught with the kernel's own failures and reported as a failed case
+    (exit 1) instead of as bad input (exit 2). Returns the number of entries.
+    """
+    return len(_index())
 
 
 def lookup(device: str, op: str, dtype: str, bucket: str) -> Config | None:

@@ -104,6 +104,9 @@ class Operator:
     backward: bool = False
     overrides: Mapping[str, str] = field(default_factory=dict)  # vendor -> "module:function"
     tolerances: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # dtype -> (atol, rtol)
+    # Inputs -> the Inputs torch_op is timed on, built once outside the timed call (a dense mask from a
+    # sparse layout), so the benchmark compares the ops, not the conversion; None: the same inputs.
+    torch_inputs: Callable[[Inputs], Inputs] | None = None
 
     @property
     def implementations(self) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,16 +70,29 @@ def tune_case(op: Operator, case: Case, dtype: str, device: Any, max_configs: in
 
 
 def tune(
-    ops: Sequence[Operator], device: Any, dtypes: Sequence[str] | None = None, which: str | None = None, max_configs: int = 8
+    ops: Sequence[Operator],
+    device: Any,
+    dtypes: Sequence[str] | None = None,
+    which: str | None = None,
+    max_configs: int = 8,
+    table: Path | None = None,
 ) -> tuple[list[Trial], list[configs.TunedEntry]]:
-    """Tune `ops` on `device` over a case matrix (CPU: the small one, else the bench one)."""
+    """Tune `ops` on `device` over a case matrix (CPU: the small one, else the bench one).
+
+    With `table`, the winners are merged into it after each operator, so a run
+    stopped part-way (a timeout, Ctrl-C) keeps every operator it finished.
+    """
     import torch
 
+    configs.check_tuned_tables()  # a bad table must not pass for a candidate that failed to run
     device = torch.device(device)
+    if table is not None:
+        check_table(table, device)
     which = which or ("small" if device.type == "cpu" else "bench")
     trials: list[Trial] = []
     entries: dict[tuple[str, str, str], configs.TunedEntry] = {}
     for op in ops:
+        found: dict[tuple[str, str, str], configs.TunedEntry] = {}
         for case in bench.cases_for(op, which):
             for dtype in dtypes or op.dtypes:
                 if dtype not in op.dtypes:
@@ -86,22 +100,56 @@ def tune(
                 case_trials, entry = tune_case(op, case, dtype, device, max_configs)
                 trials.extend(case_trials)
                 if entry is not None:  # the first case of a shape bucket stands for the bucket
-                    entries.setdefault((entry.op, entry.dtype, entry.bucket), entry)
+                    found.setdefault((entry.op, entry.dtype, entry.bucket), entry)
+        entries.update(found)
+        if table is not None and found:
+            write_table(table, device, list(found.values()))
     return trials, list(entries.values())
 
 
+def _existing(path: Path, key: str) -> list[configs.TunedEntry]:
+    """The entries already in the table at `path` (none if it does not exist); a UserError if it is not ours to merge."""
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder; give --table a file name, e.g. {path / f'tuned-{key}.json'}")
+    if not path.exists():
+        return []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the tuned table to merge into ({exc.strerror}); choose another --table") from None
+    existing = configs.read_table(text, str(path))
+    holds = json.loads(text)["device_key"]  # read_table has checked it is there
+    if holds != key:
+        raise UserError(f"{path}: holds a table for {holds}, not {key}; write to another file")
+    return existing
+
+
+def check_table(path: Path, device: Any) -> None:
+    """Before tuning: the table can be merged into and its folder exists (missing parent folders are created)."""
+    import torch
+
+    _existing(path, configs.device_key(torch.device(device)))
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"{path}: {parent} is not a folder (a file is in the way); choose another --table") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot create its folder {parent} ({exc.strerror}); choose another --table") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{path}: folder {parent} is not writable; choose another --table")
+
+
 def write_table(path: Path, device: Any, entries: Sequence[configs.TunedEntry]) -> None:
-    """Write (or merge into) the tuned table at `path`, atomically; entries for the same key are replaced."""
+    """Write (or merge into) the tuned table at `path`, atomically; entries for the same key are replaced.
+
+    Missing parent folders are created.
+    """
     import torch
 
     device = torch.device(device)
     key = configs.device_key(device)
-    merged: dict[tuple[str, str, str], configs.TunedEntry] = {}
-    if path.exists():
-        existing = configs.read_table(path.read_text(encoding="utf-8"), str(path))
-        if existing and existing[0].device != key:
-            raise UserError(f"{path}: holds a table for {existing[0].device}, not {key}; write to another file")
-        merged = {(e.op, e.dtype, e.bucket): e for e in existing}
+    merged = {(e.op, e.dtype, e.bucket): e for e in _existing(path, key)}
     merged.update({(e.op, e.dtype, e.bucket): e for e in entries})
     timed = (
         "Triton interpreter on CPU: exercises tuning, says nothing about GPU speed"
@@ -118,5 +166,8 @@ def write_table(path: Path, device: Any, entries: Sequence[configs.TunedEntry]) 
     }
     text = configs.table_json(key, hardware.device_name(device), list(merged.values()), provenance)
     json.loads(text)  # never write what cannot be read back
-    atomic_write_text(path, text)
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write the tuned table ({exc.strerror}); choose another --table") from None
     configs.clear_tuned_cache()

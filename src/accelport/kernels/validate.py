@@ -17,6 +17,7 @@ On CPU the Triton implementations run under the interpreter with the small
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -189,7 +190,12 @@ def implementations_for(op: Operator, device_type: str) -> list[str]:
     """What `validate` checks by default: every non-reference implementation that can run on this device type.
 
     Under the interpreter every Triton implementation runs on CPU, vendor overrides included.
+    When ACCELPORT_KERNEL_IMPL forces an implementation for `op`, that one alone:
+    validation checks what dispatch would run.
     """
+    forced = registry.forced_implementation(op.name)
+    if forced is not None:
+        return [forced]
     if device_type == "cpu":
         return [name for name in op.implementations if name != REFERENCE]
     vendor = registry.vendor_key(device_type)
@@ -210,6 +216,7 @@ def validate(
     """Check implementations of `op` against its reference; `fn` checks one callable instead (a planted fault)."""
     import torch
 
+    configs.check_tuned_tables()  # a bad ACCELPORT_KERNEL_TUNED file is bad input, not a failed case
     device = torch.device(device)
     if cases is None:
         cases = op.cases if device.type == "cpu" else (*op.cases, *op.device_cases)
@@ -217,11 +224,17 @@ def validate(
         named: list[tuple[str, Callable[..., Any]]] = [("candidate", fn)]
     else:
         names = implementations or implementations_for(op, device.type)
+        from_env = not implementations and registry.forced_implementation(op.name) is not None
         named = []
         for name in names:
-            impl = op.implementation(name)
-            if name != REFERENCE:
-                registry.check_runnable(op.name, name, device.type)
+            try:
+                impl = op.implementation(name)
+                if name != REFERENCE:
+                    registry.check_runnable(op.name, name, device.type)
+            except registry.KernelError as exc:
+                if not from_env:
+                    raise
+                raise registry.KernelError(f"{registry.ENV_VAR}={os.environ.get(registry.ENV_VAR, '')}: {exc}") from None
             named.append((name, impl))
     results: list[CheckResult] = []
     for name, impl in named:
