@@ -141,3 +141,17 @@ def amp_step():
         optimizer.zero_grad()
 
     return step
+
+
+def raising_factory():
+    """A factory that fails before it returns anything (a missing checkpoint, say)."""
+    raise RuntimeError("checkpoint weights.pt not found")
+
+
+def shape_checked_loss(output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    raise ValueError(f"targets {tuple(targets.shape)} do not fit the output {tuple(output.shape)}")
+
+
+def bad_loss():
+    """A model whose loss function always raises."""
+    return nn.Linear(4, 2), (torch.randn(3, 4),), shape_checked_loss, torch.zeros(3)

@@ -85,6 +85,20 @@ def test_missing_factory_file_is_exit_2(cli):
     assert result.code == 2 and "no/such/model.py: no such file" in result.err
 
 
+def test_a_factory_that_raises_is_one_line_naming_it_exit_2(cli, model_spec):
+    result = cli("ops", model_spec("raising_factory"), "--target", "npu")
+    assert result.code == 2
+    assert len(result.err.strip().splitlines()) == 1 and "Traceback" not in result.err
+    assert "coverage_models.py:raising_factory: the factory raised RuntimeError: checkpoint weights.pt not found" in result.err
+
+
+def test_a_loss_function_that_raises_is_named_exit_2(cli, model_spec):
+    result = cli("ops", model_spec("bad_loss"), "--target", "npu")
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+    assert "coverage_models.py:bad_loss" in result.err
+    assert "the loss function shape_checked_loss raised ValueError: targets (3,) do not fit the output (3, 2)" in result.err
+
+
 def test_demo_step_shows_the_example_on_four_backends(cli, tmp_path):
     result = cli("demo", "--only", "step30", "--workdir", tmp_path / "demo")
     assert result.code == 0, result.out + result.err
