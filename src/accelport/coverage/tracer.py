@@ -17,6 +17,7 @@ import os
 import sys
 import sysconfig
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -353,6 +354,36 @@ def _call_factory(factory: Callable[[], Any], spec: str) -> Any:
         raise _StageError("the factory", exc) from exc
 
 
+@contextmanager
+def _quiet_torch() -> Iterator[list[str]]:
+    """Keep the terminal clean while tracing: torch warns and logs about meta and fake tensors
+    (and the factory runs several times), none of which is about the user's step.
+
+    Python warnings are caught and torch's loggers raised to ERROR, both restored afterwards;
+    the distinct warnings are yielded so the caller can log them at debug level (-vv).
+    """
+    seen: list[str] = []
+    loggers = [logging.getLogger("torch")] + [
+        logger
+        for name, logger in logging.Logger.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger) and name.startswith("torch.")
+    ]
+    levels = [(logger, logger.level) for logger in loggers]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for logger, _ in levels:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield seen
+        finally:
+            for logger, level in levels:
+                logger.setLevel(level)
+            for warning in caught:
+                text = f"{warning.category.__name__}: {warning.message}"
+                if text not in seen:
+                    seen.append(text)
+
+
 def _call_model(model: Any, inputs: Any) -> Any:
     if isinstance(inputs, dict):
         return model(**inputs)
@@ -557,18 +588,24 @@ def trace(
     import torch  # noqa: F401  (imported here so `accelport --help` stays fast)
 
     started = time.perf_counter()
-    if mode is None and strategy is None:
-        mode = _mode_of(build, spec)
-    ladder = (strategy,) if strategy else LADDERS[mode or "train"]
-    attempts: list[Attempt] = []
-    for step in ladder:
-        result, mode, attempt = _attempt(build, step, mode, spec)
-        attempts.append(attempt)
-        if result is not None:
-            result.attempts = attempts
-            result.seconds = time.perf_counter() - started
-            return result
-        log.info("%s: %s tracing failed: %s", spec, step, attempt.reason)
+    silenced: list[str] = []
+    try:
+        with _quiet_torch() as silenced:
+            if mode is None and strategy is None:
+                mode = _mode_of(build, spec)
+            ladder = (strategy,) if strategy else LADDERS[mode or "train"]
+            attempts: list[Attempt] = []
+            for step in ladder:
+                result, mode, attempt = _attempt(build, step, mode, spec)
+                attempts.append(attempt)
+                if result is not None:
+                    result.attempts = attempts
+                    result.seconds = time.perf_counter() - started
+                    return result
+                log.info("%s: %s tracing failed: %s", spec, step, attempt.reason)
+    finally:
+        for text in silenced:
+            log.debug("%s: warning while tracing (not shown): %s", spec, text)
     reasons = {a.reason for a in attempts}
     if len(reasons) == 1 and len(attempts) > 1:
         tried = f"{', '.join(a.strategy for a in attempts)}: {attempts[0].reason}"
