@@ -119,7 +119,8 @@ def test_tracing_keeps_torchs_warnings_and_logs_off_the_terminal(model_spec, sub
     assert "ok: every operator" in result.stdout
     assert result.stderr == ""
     # Without the silencing, the same build warns and the logger speaks.
-    probe = "import warnings, logging, runpy; m = runpy.run_path(%r); m['noisy']()[0](m['torch'].randn(2, 3, 8))" % model_spec("noisy").rsplit(":", 1)[0]
+    models = model_spec("noisy").rsplit(":", 1)[0]
+    probe = f"import runpy; m = runpy.run_path({models!r}); m['noisy']()[0](m['torch'].randn(2, 3, 8))"
     loud = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=subprocess_env, timeout=300)
     assert "enable_nested_tensor is True" in loud.stderr and "tracing-time chatter" in loud.stderr
 
