@@ -257,3 +257,32 @@ def test_huge_finite_values_compare_without_overflow(tmp_path):
     test = run(tmp_path / "t", lambda: torch.neg(x))
     with compare_dumps(ref, test) as result:
         assert result.passed, result.reasons
+
+
+@pytest.mark.parametrize("tensors", [True, False], ids=["tensors", "stats"])
+def test_one_wrong_element_in_100k_fails_the_default_criterion(tmp_path, tensors):
+    """The L2 of a 100k-element tensor hides one element off by 10; the element guard does not."""
+    rng = np.random.default_rng(1)
+    x = np.clip(rng.standard_normal(100_000) * 50, -250, 250).astype(np.float32)
+    x[4321] = 300.0
+    data = torch.from_numpy(x)
+    ref = run(tmp_path / "r", lambda: torch.clamp(data, max=300.0), tensors=tensors)
+    test = run(tmp_path / "t", lambda: torch.clamp(data, max=290.0), tensors=tensors)  # only x[4321] changes
+    with compare_dumps(ref, test) as result:
+        row = next(r for r in result.rows() if r["op"] == "aten.clamp.default")
+        assert not result.passed
+        assert result.first_divergence["op"] == "aten.clamp.default"
+    assert row["status"] == "fail" and row["inputs_ok"] is True
+    if tensors:
+        m = row["metrics"]
+        assert m["max_abs"] == pytest.approx(10.0)
+        # The norm rule alone would pass this tensor: its relative L2 error is far below rtol.
+        assert m["rel_l2"] < 1e-3
+    if tensors:
+        with compare_dumps(ref, test, replay="none") as plain:
+            row = next(r for r in plain.rows() if r["op"] == "aten.clamp.default")
+        assert "max |diff| 10 > allowed 3" in row["reason"] and "element guard" in row["reason"]
+    # The same pair with no wrong element passes.
+    clean = run(tmp_path / "c", lambda: torch.clamp(data, max=300.0), tensors=tensors)
+    with compare_dumps(ref, clean) as same:
+        assert same.passed
