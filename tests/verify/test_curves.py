@@ -122,3 +122,29 @@ def test_cli_outputs_and_png(cli, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert cli("curves", ref, tmp_path / "missing.csv").code == 2
     assert cli("curves", ref, far, "--tolerance", "grad_norm=x").code == 2
+
+
+def test_a_truncated_test_run_fails_and_says_where_it_stops(cli, tmp_path):
+    ref = write_csv(tmp_path / "ref.csv", steps=20)
+    short = write_csv(tmp_path / "short.csv", steps=12)  # same values, but it stopped at step 11
+    result = compare_curves(ref, [short])
+    assert not result.passed
+    assert "TEST short.csv: loss ends at step 11, REF's at step 19" in " ".join(result.metrics[0].reasons)
+    out = cli("curves", ref, short, "--format", "json")
+    assert out.code == 1 and "ends at step 11" in out.out
+    # A TEST that runs longer than REF is judged on REF's steps and passes.
+    assert compare_curves(short, [ref]).passed
+    # A reference seed that stops early shrinks the band's steps: said too.
+    assert not compare_curves(ref, [ref], seeds=[short]).passed
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf"])
+def test_a_reference_with_nan_fails_with_the_step(tmp_path, bad):
+    ref = write_csv(tmp_path / "ref.csv")
+    lines = ref.read_text().splitlines()
+    lines[8] = f"7,{bad},0.1"
+    broken = tmp_path / "broken.csv"
+    broken.write_text("\n".join(lines) + "\n")
+    result = compare_curves(broken, [ref])
+    assert not result.passed
+    assert f"REF broken.csv: loss is {bad} at step 7" in result.metrics[0].reasons[0]

@@ -369,7 +369,15 @@ def compare_curves(
                 f"{tests[0]}: shares no step with {ref} for {metric!r}; are they logs of the same training?"
             )
         tol = (tolerances or {}).get(metric, base_tol)
-        ref_values = _ema([ref_run.series[key_ref][s] for s in steps], smooth)
+        ref_last = max(ref_run.series[key_ref])
+        # A run that stops before REF does (a crash, a truncated log) cannot show it follows REF to the end.
+        short = [
+            (run, max(run.series[k]))
+            for run, k in zip(test_runs + seed_runs, keys, strict=True)
+            if max(run.series[k]) < ref_last
+        ]
+        ref_raw = [ref_run.series[key_ref][s] for s in steps]
+        ref_values = _ema(ref_raw, smooth)
         floor = max(1e-12, 1e-6 * max((abs(v) for v in ref_values), default=0.0))
         band = None
         if seed_runs:
@@ -384,6 +392,18 @@ def compare_curves(
         result = MetricResult(
             metric, metric in judged, True, tol, steps, ref_values, {}, {}, {}, {}, {}, band
         )
+        bad_ref = next((s for s, v in zip(steps, ref_raw, strict=True) if not math.isfinite(v)), None)
+        if bad_ref is not None:
+            result.reasons.append(
+                f"REF {Path(ref).name}: {metric} is {ref_raw[steps.index(bad_ref)]} at step {bad_ref}; "
+                "a reference that diverged cannot judge other runs"
+            )
+        for run, last in short:
+            role = "seed" if run in seed_runs else "TEST"
+            result.reasons.append(
+                f"{role} {run.path.name}: {metric} ends at step {last}, REF's at step {ref_last} "
+                "(truncated run or log?)"
+            )
         for name, run, key in zip(names, test_runs, keys, strict=False):
             values = _ema([run.series[key][s] for s in steps], smooth)
             gaps = [_relative(t, r, floor) for t, r in zip(values, ref_values, strict=True)]
