@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -286,3 +287,28 @@ def test_one_wrong_element_in_100k_fails_the_default_criterion(tmp_path, tensors
     clean = run(tmp_path / "c", lambda: torch.clamp(data, max=300.0), tensors=tensors)
     with compare_dumps(ref, clean) as same:
         assert same.passed
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('rename = "ops"\n', "`rename` must be a table"),
+        ("[rename]\nops = ['aten.add.Tensor']\n", r"\[rename.ops\] must map names to names"),
+        ("[rename.modules]\nencoder = 3\n", r"\[rename.modules\] must map names to names"),
+        ("[fuse]\nname = 'x'\n", "`fuse` must be an array of tables"),
+        ("[[fuse]]\nname = 'ln'\nref = 'aten.add.Tensor'\n", "`ref` must be a list of op names"),
+        ("[[fuse]]\nname = 'ln'\ntest = [1, 2]\n", "`test` must be a list of op names"),
+        ("[renames.ops]\na = 'b'\n", "unknown key 'renames'"),
+    ],
+)
+def test_mapping_file_with_wrong_types_is_one_line_exit_2(cli, pair, tmp_path, content, message):
+    bad = tmp_path / "map.toml"
+    bad.write_text(content)
+    result = cli("compare", *pair, "--map", bad)
+    assert result.code == 2 and "Traceback" not in result.err
+    assert len(result.err.strip().splitlines()) == 1
+    assert str(bad) in result.err
+
+    assert re.search(message, result.err), result.err
+    folder = cli("compare", *pair, "--map", tmp_path)
+    assert folder.code == 2 and "cannot read the mapping file" in folder.err

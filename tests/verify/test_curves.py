@@ -148,3 +148,27 @@ def test_a_reference_with_nan_fails_with_the_step(tmp_path, bad):
     result = compare_curves(broken, [ref])
     assert not result.passed
     assert f"REF broken.csv: loss is {bad} at step 7" in result.metrics[0].reasons[0]
+
+
+@pytest.mark.parametrize(("step", "shown"), [('"x"', '"x"'), ("1.5", "1.5"), ("null", "null"), ("true", "true")])
+def test_a_jsonl_step_that_is_not_a_whole_number_is_one_line_exit_2(cli, tmp_path, step, shown):
+    ref = write_csv(tmp_path / "ref.csv")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"step": 0, "loss": 1}\n{"step": ' + step + ', "loss": 0.9}\n')
+    result = cli("curves", ref, bad)
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+    assert f"bad.jsonl:2: step {shown} is not a whole number" in result.err
+    listed = tmp_path / "list.jsonl"
+    listed.write_text('{"step": 0, "loss": 1}\n[1, 2]\n')
+    assert "list.jsonl:2: not a JSON object" in cli("curves", ref, listed).err
+
+
+def test_a_png_path_that_cannot_be_written_is_one_line_exit_2(cli, tmp_path):
+    ref = write_csv(tmp_path / "ref.csv")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    inside = cli("curves", ref, ref, "--png", blocker / "curves.png")
+    assert inside.code == 2 and len(inside.err.strip().splitlines()) == 1 and "Traceback" not in inside.err
+    assert "curves.png: cannot write the PNG (a part of the path is a file, not a folder)" in inside.err
+    folder = cli("curves", ref, ref, "--png", tmp_path)
+    assert folder.code == 2 and "cannot write the PNG (is a directory)" in folder.err

@@ -89,13 +89,21 @@ def _read_jsonl(path: Path, text: str) -> Run:
         try:
             row = json.loads(line)
         except ValueError:
+            row = None
+        if not isinstance(row, dict):
             raise UserError(
                 f"{path}:{number}: not a JSON object; each line must be one JSON object with a step"
-            ) from None
+            )
         step_key = next((k for k in STEP_NAMES if k in row), None)
         if step_key is None:
             raise UserError(f"{path}:{number}: no step field ({', '.join(STEP_NAMES)})")
-        step = int(row[step_key])
+        step = _number(row[step_key]) if not isinstance(row[step_key], bool) else None
+        if step is None or not math.isfinite(step) or step != int(step):
+            raise UserError(
+                f"{path}:{number}: {step_key} {json.dumps(row[step_key])} is not a whole number; "
+                "each line needs an integer step"
+            )
+        step = int(step)
         repeated = False
         for key, value in row.items():
             number_value = (
@@ -298,9 +306,16 @@ class CurvesResult:
             axis.set_xlabel("step")
             axis.legend(fontsize=8)
         fig.tight_layout()
-        with atomic_open(path, "wb", encoding=None) as handle:
-            fig.savefig(handle, format="png", dpi=100)
-        plt.close(fig)
+        try:
+            if Path(path).is_dir():
+                raise IsADirectoryError(21, "is a directory")
+            with atomic_open(path, "wb", encoding=None) as handle:
+                fig.savefig(handle, format="png", dpi=100)
+        except OSError as exc:
+            why = "a part of the path is a file, not a folder" if isinstance(exc, FileExistsError | NotADirectoryError) else exc.strerror or str(exc)
+            raise UserError(f"{path}: cannot write the PNG ({why}); choose another --png path") from None
+        finally:
+            plt.close(fig)
 
 
 def _relative(test: float, ref: float, floor: float) -> float:
