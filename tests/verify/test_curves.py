@@ -172,3 +172,33 @@ def test_a_png_path_that_cannot_be_written_is_one_line_exit_2(cli, tmp_path):
     assert "curves.png: cannot write the PNG (a part of the path is a file, not a folder)" in inside.err
     folder = cli("curves", ref, ref, "--png", tmp_path)
     assert folder.code == 2 and "cannot write the PNG (is a directory)" in folder.err
+
+
+def _records(data: bytes) -> list[tuple[int, int]]:
+    """(payload start, payload length) of each TFRecord, parsed here independently of the reader."""
+    import struct
+
+    spans, pos = [], 0
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack("<Q", data[pos : pos + 8])
+        spans.append((pos + 12, length))
+        pos += 12 + length + 4
+    return spans
+
+
+@pytest.mark.parametrize("where", ["payload", "payload_crc"])
+def test_a_flipped_byte_in_a_tensorboard_record_is_reported_exit_2(cli, tmp_path, where):
+    source = next(TB.glob("events.out.tfevents.*"))
+    data = bytearray(source.read_bytes())
+    start, length = _records(bytes(data))[3]  # a scalar record in the middle of the file
+    index = start + length // 2 if where == "payload" else start + length + 1
+    data[index] ^= 0x10
+    broken = tmp_path / "run" / source.name
+    broken.parent.mkdir()
+    broken.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=rf"{broken.name}: TensorBoard record at byte {start - 12} fails its CRC check"):
+        list(read_run(broken).series)
+    result = cli("curves", TB, broken.parent)
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+    assert str(broken) in result.err and "CRC" in result.err
+    assert cli("curves", TB, TB).code == 0  # the undamaged file still reads
