@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         replay=args.replay,
         replay_ratio=args.replay_ratio,
         allow_truncated=args.allow_truncated,
+        fail_on_drift=args.fail_on_drift,
         window=args.window,
         top=args.top,
     )
@@ -116,6 +117,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=("norm", "max", "elementwise"),
         default="norm",
         help="how op outputs are judged (default: %(default)s; see docs/compare.md)",
+    )
+    parser.add_argument(
+        "--fail-on-drift",
+        action="store_true",
+        help="fail when records beyond tolerance are explained by replay as accumulated drift (default: count and show them)",
     )
     parser.add_argument(
         "--replay",
