@@ -312,3 +312,28 @@ def test_mapping_file_with_wrong_types_is_one_line_exit_2(cli, pair, tmp_path, c
     assert re.search(message, result.err), result.err
     folder = cli("compare", *pair, "--map", tmp_path)
     assert folder.code == 2 and "cannot read the mapping file" in folder.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--tol", "float32=-1e-3,1e-3"), "--tol float32=-1e-3,1e-3: RTOL and ATOL must be finite, not negative"),
+        (("--tol", "float32=0,0"), "not both 0"),
+        (("--tol", "*=nan,1e-3"), "--tol *=nan,1e-3: RTOL and ATOL must be finite"),
+        (("--replay-ratio", "0"), "--replay-ratio 0.0: K must be a number above 0"),
+        (("--replay-ratio", "-2"), "--replay-ratio -2.0: K must be a number above 0"),
+        (("--window", "0"), "--window 0: give a whole number of at least 1"),
+        (("--top", "-1"), "--top -1: give a whole number of at least 0"),
+    ],
+)
+def test_bad_numeric_options_are_one_line_exit_2(cli, pair, args, message):
+    result = cli("compare", *pair, *args)
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+    assert message in result.err, result.err
+
+
+def test_bad_numeric_options_in_code_are_user_errors(pair):
+    with pytest.raises(UserError, match="--replay-ratio"):
+        compare_dumps(*pair, replay_ratio=float("inf"))
+    with pytest.raises(UserError, match="--tol float32"):
+        compare_dumps(*pair, tolerances={"float32": (-1.0, 0.0)})

@@ -202,3 +202,22 @@ def test_a_flipped_byte_in_a_tensorboard_record_is_reported_exit_2(cli, tmp_path
     assert result.code == 2 and len(result.err.strip().splitlines()) == 1
     assert str(broken) in result.err and "CRC" in result.err
     assert cli("curves", TB, TB).code == 0  # the undamaged file still reads
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--tolerance", "-0.01"), "--tolerance -0.01: the allowed relative gap must be a fraction above 0"),
+        (("--tolerance", "0"), "--tolerance 0.0: the allowed relative gap must be a fraction above 0"),
+        (("--tolerance", "loss=nan"), "--tolerance loss=nan: the allowed relative gap"),
+        (("--max-outside", "1.5"), "--max-outside 1.5: give the share of steps as a fraction in [0, 1]"),
+        (("--max-outside", "-0.1"), "--max-outside -0.1"),
+        (("--smooth", "1"), "--smooth 1.0: the EMA weight must be in [0, 1)"),
+        (("--smooth", "nan"), "--smooth nan"),
+    ],
+)
+def test_bad_numeric_options_are_one_line_exit_2(cli, tmp_path, args, message):
+    ref = write_csv(tmp_path / "ref.csv")
+    result = cli("curves", ref, ref, *args)
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+    assert message in result.err, result.err
