@@ -33,6 +33,7 @@ GENERATOR = "scripts/build_oplists.py"
 # Versions of the vendor inputs, as recorded in shared/data/README.md beside the files.
 MUSA_COMMIT = "8b583b3f2fd0d9d3d9e74b9ec588a25d8bed1a30"
 MLU_COMMIT = "d578002c0863bfa1ad30fae6b99e4fb3a79dff48"
+UNKNOWN_TORCH = "unknown"  # said outright, so a report never shows a blank torch version
 VENDOR_REPOS = {"musa": "MooreThreads/torch_musa", "mlu": "Cambricon/torch_mlu"}
 
 # In-tree backends whose kernels native_functions.yaml lists under their dispatch key.
@@ -247,7 +248,8 @@ def build(data_dir: Path) -> dict[str, str]:
                 "vendor": vendor,
                 "backend": backend,
                 "version": commit[:7],
-                "torch_version": "",
+                # The codegen YAML at this commit does not say which torch it builds against.
+                "torch_version": UNKNOWN_TORCH,
                 "dispatch_key": "PrivateUse1",
                 "complete": True,
                 "unlisted": f"raises NotImplementedError, or runs {backend}'s CPU fallback where it registers one",

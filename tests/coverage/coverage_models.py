@@ -141,3 +141,37 @@ def amp_step():
         optimizer.zero_grad()
 
     return step
+
+
+def raising_factory():
+    """A factory that fails before it returns anything (a missing checkpoint, say)."""
+    raise RuntimeError("checkpoint weights.pt not found")
+
+
+def shape_checked_loss(output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    raise ValueError(f"targets {tuple(targets.shape)} do not fit the output {tuple(output.shape)}")
+
+
+def bad_loss():
+    """A model whose loss function always raises."""
+    return nn.Linear(4, 2), (torch.randn(3, 4),), shape_checked_loss, torch.zeros(3)
+
+
+class NoisyEncoder(nn.Module):
+    """torch warns when it builds this (norm_first turns the nested-tensor path off) and logs while tracing it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # What torch's own loggers say under fake tensors (symbolic shapes, dynamo) is not about the step.
+        import logging
+
+        logging.getLogger("torch.fx.experimental.symbolic_shapes").warning("tracing-time chatter from torch")
+        return self.encoder(x)
+
+
+def noisy():
+    return NoisyEncoder(), (torch.randn(2, 3, 8),)

@@ -85,6 +85,20 @@ def test_missing_factory_file_is_exit_2(cli):
     assert result.code == 2 and "no/such/model.py: no such file" in result.err
 
 
+def test_a_factory_that_raises_is_one_line_naming_it_exit_2(cli, model_spec):
+    result = cli("ops", model_spec("raising_factory"), "--target", "npu")
+    assert result.code == 2
+    assert len(result.err.strip().splitlines()) == 1 and "Traceback" not in result.err
+    assert "coverage_models.py:raising_factory: the factory raised RuntimeError: checkpoint weights.pt not found" in result.err
+
+
+def test_a_loss_function_that_raises_is_named_exit_2(cli, model_spec):
+    result = cli("ops", model_spec("bad_loss"), "--target", "npu")
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+    assert "coverage_models.py:bad_loss" in result.err
+    assert "the loss function shape_checked_loss raised ValueError: targets (3,) do not fit the output (3, 2)" in result.err
+
+
 def test_demo_step_shows_the_example_on_four_backends(cli, tmp_path):
     result = cli("demo", "--only", "step30", "--workdir", tmp_path / "demo")
     assert result.code == 0, result.out + result.err
@@ -93,3 +107,36 @@ def test_demo_step_shows_the_example_on_four_backends(cli, tmp_path):
     report = json.loads((tmp_path / "demo" / "ops-train.json").read_text())
     assert report["trace"]["model"] == "TinyLM" and report["trace"]["mode"] == "train"
     assert (tmp_path / "demo" / "ops-infer.html").is_file()
+
+
+def test_tracing_keeps_torchs_warnings_and_logs_off_the_terminal(model_spec, subprocess_env):
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "accelport", "ops", model_spec("noisy"), "--target", "npu"]
+    result = subprocess.run(command, capture_output=True, text=True, env=subprocess_env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "ok: every operator" in result.stdout
+    assert result.stderr == ""
+    # Without the silencing, the same build warns and the logger speaks.
+    models = model_spec("noisy").rsplit(":", 1)[0]
+    probe = f"import runpy; m = runpy.run_path({models!r}); m['noisy']()[0](m['torch'].randn(2, 3, 8))"
+    loud = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=subprocess_env, timeout=300)
+    assert "enable_nested_tensor is True" in loud.stderr and "tracing-time chatter" in loud.stderr
+
+
+def test_silencing_is_undone_after_the_trace(model_spec):
+    import logging
+    import warnings
+
+    from accelport.coverage import trace
+
+    trace(model_spec("noisy"), strategy="meta")  # torch's imports add their own filters: let them happen first
+    logger = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    logger.setLevel(logging.INFO)
+    try:
+        filters = list(warnings.filters)
+        trace(model_spec("noisy"), strategy="meta")
+        assert logger.level == logging.INFO and warnings.filters == filters
+    finally:
+        logger.setLevel(logging.NOTSET)

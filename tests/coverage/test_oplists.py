@@ -137,3 +137,19 @@ def test_bad_user_lists_name_the_file(tmp_path, content, name, message):
     with pytest.raises(UserError, match=message) as caught:
         oplists.known_oplists()
     assert str(path) in str(caught.value)
+
+
+def test_a_list_without_a_torch_version_says_unknown(tmp_path, cli, model_spec):
+    for versions in oplists.known_oplists().values():
+        for oplist in versions:
+            assert oplist.torch_version, oplist.origin  # never blank in a report
+    assert oplists.oplist_for("musa").torch_version == "unknown"
+    assert oplists.oplist_for("mlu").torch_version == "unknown"
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"vendor": "npu", "version": "9.9", "ops": ["mm"]}))
+    oplists.set_user_files([mine])
+    assert oplists.oplist_for("npu@9.9").torch_version == "unknown"
+    report = json.loads(cli("ops", model_spec("masked"), "--target", "musa", "--format", "json").out)
+    target = report["targets"][0]
+    assert target["oplist"]["torch_version"] == "unknown"
+    assert any("does not say which torch version" in note for note in target["notes"])

@@ -11,24 +11,54 @@ from accelport.coverage.records import canonical
 from accelport.coverage.workload import load_factory
 from accelport.errors import UserError
 
+# How the CPU runs scaled_dot_product_attention: kernels an accelerator never runs, one SDPA call each.
+CPU_ATTENTION = {"_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"}
 
-def test_meta_trace_equals_real_cpu_run_of_the_same_step(lm_meta, lm_cpu):
+
+def _real_cpu_step_ops(factory) -> set[str]:
+    """The overloads a real CPU training step runs, seen by a bare TorchDispatchMode (not the tracer under test)."""
+    seen: set[str] = set()
+
+    class Plain(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.namespace == "aten":
+                name = func._schema.name.split("::", 1)[1]
+                seen.add(name if func._overloadname == "default" else f"{name}.{func._overloadname}")
+            return func(*args, **(kwargs or {}))
+
+    model, inputs, loss_fn, targets = factory()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    state = torch.get_rng_state()
+    with Plain():
+        loss_fn(model(*inputs), targets).backward()
+        optimizer.step()
+    torch.set_rng_state(state)
+    return seen
+
+
+def test_meta_trace_equals_real_cpu_run_of_the_same_step(lm_meta, model_spec):
+    """Acceptance: the normalised op set of a meta trace equals what a real CPU step of a tiny LM runs."""
     assert lm_meta.strategy == "meta" and lm_meta.device == "meta"
-    assert lm_cpu.strategy == "cpu" and lm_cpu.device == "cpu"
-    assert lm_meta.normalised_ops() == lm_cpu.normalised_ops()
-    # Not equal by accident: the two devices ran attention with different kernels, which the
-    # normalisation folds into the one call the model made.
-    cpu_inside = {r.op for r in lm_cpu.folded()}
-    meta_inside = {r.op for r in lm_meta.folded()}
-    assert "_scaled_dot_product_flash_attention_for_cpu" in cpu_inside
-    assert "_scaled_dot_product_flash_attention_for_cpu_backward" in cpu_inside
-    assert "_safe_softmax" in meta_inside and "_scaled_dot_product_flash_attention_for_cpu" not in meta_inside
-    assert "scaled_dot_product_attention" in lm_meta.normalised_ops()
+    real = _real_cpu_step_ops(load_factory(model_spec("tiny_lm")))
+    # The CPU ran attention with its own kernels; fold them into the call the model made.
+    assert real >= CPU_ATTENTION
+    real = (real - CPU_ATTENTION) | {"scaled_dot_product_attention"}
+    assert lm_meta.normalised_ops() == real
     # The whole step is there: forward, backward and the optimizer.
     ops = lm_meta.normalised_ops()
     assert {"embedding", "native_layer_norm", "gelu", "nll_loss_forward"} <= ops
     assert {"embedding_dense_backward", "native_layer_norm_backward", "gelu_backward", "nll_loss_backward"} <= ops
     assert any(op.startswith("_foreach_") for op in ops)
+
+
+def test_the_cpu_tracer_folds_cpu_only_attention_kernels(lm_meta, lm_cpu):
+    assert lm_cpu.strategy == "cpu" and lm_cpu.device == "cpu"
+    assert lm_meta.normalised_ops() == lm_cpu.normalised_ops()
+    cpu_inside = {r.op for r in lm_cpu.folded()}
+    meta_inside = {r.op for r in lm_meta.folded()}
+    assert cpu_inside >= CPU_ATTENTION and not CPU_ATTENTION & lm_cpu.normalised_ops()
+    assert "_safe_softmax" in meta_inside and "_scaled_dot_product_flash_attention_for_cpu" not in meta_inside
+    assert "scaled_dot_product_attention" in lm_meta.normalised_ops()
 
 
 def test_meta_trace_of_the_example_model_equals_a_plain_cpu_run(example_case):

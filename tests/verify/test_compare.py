@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -257,3 +258,82 @@ def test_huge_finite_values_compare_without_overflow(tmp_path):
     test = run(tmp_path / "t", lambda: torch.neg(x))
     with compare_dumps(ref, test) as result:
         assert result.passed, result.reasons
+
+
+@pytest.mark.parametrize("tensors", [True, False], ids=["tensors", "stats"])
+def test_one_wrong_element_in_100k_fails_the_default_criterion(tmp_path, tensors):
+    """The L2 of a 100k-element tensor hides one element off by 10; the element guard does not."""
+    rng = np.random.default_rng(1)
+    x = np.clip(rng.standard_normal(100_000) * 50, -250, 250).astype(np.float32)
+    x[4321] = 300.0
+    data = torch.from_numpy(x)
+    ref = run(tmp_path / "r", lambda: torch.clamp(data, max=300.0), tensors=tensors)
+    test = run(tmp_path / "t", lambda: torch.clamp(data, max=290.0), tensors=tensors)  # only x[4321] changes
+    with compare_dumps(ref, test) as result:
+        row = next(r for r in result.rows() if r["op"] == "aten.clamp.default")
+        assert not result.passed
+        assert result.first_divergence["op"] == "aten.clamp.default"
+    assert row["status"] == "fail" and row["inputs_ok"] is True
+    if tensors:
+        m = row["metrics"]
+        assert m["max_abs"] == pytest.approx(10.0)
+        # The norm rule alone would pass this tensor: its relative L2 error is far below rtol.
+        assert m["rel_l2"] < 1e-3
+    if tensors:
+        with compare_dumps(ref, test, replay="none") as plain:
+            row = next(r for r in plain.rows() if r["op"] == "aten.clamp.default")
+        assert "max |diff| 10 > allowed 3" in row["reason"] and "element guard" in row["reason"]
+    # The same pair with no wrong element passes.
+    clean = run(tmp_path / "c", lambda: torch.clamp(data, max=300.0), tensors=tensors)
+    with compare_dumps(ref, clean) as same:
+        assert same.passed
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('rename = "ops"\n', "`rename` must be a table"),
+        ("[rename]\nops = ['aten.add.Tensor']\n", r"\[rename.ops\] must map names to names"),
+        ("[rename.modules]\nencoder = 3\n", r"\[rename.modules\] must map names to names"),
+        ("[fuse]\nname = 'x'\n", "`fuse` must be an array of tables"),
+        ("[[fuse]]\nname = 'ln'\nref = 'aten.add.Tensor'\n", "`ref` must be a list of op names"),
+        ("[[fuse]]\nname = 'ln'\ntest = [1, 2]\n", "`test` must be a list of op names"),
+        ("[renames.ops]\na = 'b'\n", "unknown key 'renames'"),
+    ],
+)
+def test_mapping_file_with_wrong_types_is_one_line_exit_2(cli, pair, tmp_path, content, message):
+    bad = tmp_path / "map.toml"
+    bad.write_text(content)
+    result = cli("compare", *pair, "--map", bad)
+    assert result.code == 2 and "Traceback" not in result.err
+    assert len(result.err.strip().splitlines()) == 1
+    assert str(bad) in result.err
+
+    assert re.search(message, result.err), result.err
+    folder = cli("compare", *pair, "--map", tmp_path)
+    assert folder.code == 2 and "cannot read the mapping file" in folder.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--tol", "float32=-1e-3,1e-3"), "--tol float32=-1e-3,1e-3: RTOL and ATOL must be finite, not negative"),
+        (("--tol", "float32=0,0"), "not both 0"),
+        (("--tol", "*=nan,1e-3"), "--tol *=nan,1e-3: RTOL and ATOL must be finite"),
+        (("--replay-ratio", "0"), "--replay-ratio 0.0: K must be a number above 0"),
+        (("--replay-ratio", "-2"), "--replay-ratio -2.0: K must be a number above 0"),
+        (("--window", "0"), "--window 0: give a whole number of at least 1"),
+        (("--top", "-1"), "--top -1: give a whole number of at least 0"),
+    ],
+)
+def test_bad_numeric_options_are_one_line_exit_2(cli, pair, args, message):
+    result = cli("compare", *pair, *args)
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+    assert message in result.err, result.err
+
+
+def test_bad_numeric_options_in_code_are_user_errors(pair):
+    with pytest.raises(UserError, match="--replay-ratio"):
+        compare_dumps(*pair, replay_ratio=float("inf"))
+    with pytest.raises(UserError, match="--tol float32"):
+        compare_dumps(*pair, tolerances={"float32": (-1.0, 0.0)})

@@ -147,3 +147,30 @@ def test_bf16_relu_bug_smaller_than_the_tolerance_is_found_by_replaying_every_op
         "TinyLM.blocks.0.mlp.1",
     )
     assert divergence["cause"].startswith("op-local replay")
+
+
+def test_drift_is_shown_and_counted_and_fails_only_when_asked(tmp_path, ref, cli):
+    """bf16 against fp32 with full tensors: some records exceed the tolerance and replay calls them drift."""
+    import json
+
+    test = dump(tmp_path / "bf16", tinylm(relu=True), step=bf16_step, tensors=True)
+    default = cli("compare", ref, test)
+    assert default.code == 0, default.out
+    summary = default.out.splitlines()
+    verdict = summary[0]
+    words = verdict.split()
+    assert words[:3] == ["verdict:", "PASS", "with"] and words[4] == "DRIFT"
+    drifted = int(words[3])
+    assert drifted > 0
+    assert any(line.startswith(f"DRIFT: {drifted} records beyond tolerance") and "does not fail" in line for line in summary)
+    assert any(line.startswith("  first drift: aten.") for line in summary)
+    data = json.loads(cli("compare", ref, test, "--format", "json").out)
+    assert data["drift"]["count"] == drifted == data["counts"]["drift"] and data["drift"]["fails"] is False
+    assert data["drift"]["first"]["op"].startswith("aten.")
+    strict = cli("compare", ref, test, "--fail-on-drift", "--format", "json")
+    assert strict.code == 1
+    strict_data = json.loads(strict.out)
+    assert strict_data["verdict"] == "fail" and strict_data["drift"]["fails"] is True
+    assert any("explained by replay as accumulated drift (--fail-on-drift)" in r for r in strict_data["reasons"])
+    # A pair without drift passes --fail-on-drift.
+    assert cli("compare", ref, ref, "--fail-on-drift").code == 0

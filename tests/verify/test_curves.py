@@ -122,3 +122,102 @@ def test_cli_outputs_and_png(cli, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert cli("curves", ref, tmp_path / "missing.csv").code == 2
     assert cli("curves", ref, far, "--tolerance", "grad_norm=x").code == 2
+
+
+def test_a_truncated_test_run_fails_and_says_where_it_stops(cli, tmp_path):
+    ref = write_csv(tmp_path / "ref.csv", steps=20)
+    short = write_csv(tmp_path / "short.csv", steps=12)  # same values, but it stopped at step 11
+    result = compare_curves(ref, [short])
+    assert not result.passed
+    assert "TEST short.csv: loss ends at step 11, REF's at step 19" in " ".join(result.metrics[0].reasons)
+    out = cli("curves", ref, short, "--format", "json")
+    assert out.code == 1 and "ends at step 11" in out.out
+    # A TEST that runs longer than REF is judged on REF's steps and passes.
+    assert compare_curves(short, [ref]).passed
+    # A reference seed that stops early shrinks the band's steps: said too.
+    assert not compare_curves(ref, [ref], seeds=[short]).passed
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf"])
+def test_a_reference_with_nan_fails_with_the_step(tmp_path, bad):
+    ref = write_csv(tmp_path / "ref.csv")
+    lines = ref.read_text().splitlines()
+    lines[8] = f"7,{bad},0.1"
+    broken = tmp_path / "broken.csv"
+    broken.write_text("\n".join(lines) + "\n")
+    result = compare_curves(broken, [ref])
+    assert not result.passed
+    assert f"REF broken.csv: loss is {bad} at step 7" in result.metrics[0].reasons[0]
+
+
+@pytest.mark.parametrize(("step", "shown"), [('"x"', '"x"'), ("1.5", "1.5"), ("null", "null"), ("true", "true")])
+def test_a_jsonl_step_that_is_not_a_whole_number_is_one_line_exit_2(cli, tmp_path, step, shown):
+    ref = write_csv(tmp_path / "ref.csv")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"step": 0, "loss": 1}\n{"step": ' + step + ', "loss": 0.9}\n')
+    result = cli("curves", ref, bad)
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+    assert f"bad.jsonl:2: step {shown} is not a whole number" in result.err
+    listed = tmp_path / "list.jsonl"
+    listed.write_text('{"step": 0, "loss": 1}\n[1, 2]\n')
+    assert "list.jsonl:2: not a JSON object" in cli("curves", ref, listed).err
+
+
+def test_a_png_path_that_cannot_be_written_is_one_line_exit_2(cli, tmp_path):
+    ref = write_csv(tmp_path / "ref.csv")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    inside = cli("curves", ref, ref, "--png", blocker / "curves.png")
+    assert inside.code == 2 and len(inside.err.strip().splitlines()) == 1 and "Traceback" not in inside.err
+    assert "curves.png: cannot write the PNG (a part of the path is a file, not a folder)" in inside.err
+    folder = cli("curves", ref, ref, "--png", tmp_path)
+    assert folder.code == 2 and "cannot write the PNG (is a directory)" in folder.err
+
+
+def _records(data: bytes) -> list[tuple[int, int]]:
+    """(payload start, payload length) of each TFRecord, parsed here independently of the reader."""
+    import struct
+
+    spans, pos = [], 0
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack("<Q", data[pos : pos + 8])
+        spans.append((pos + 12, length))
+        pos += 12 + length + 4
+    return spans
+
+
+@pytest.mark.parametrize("where", ["payload", "payload_crc"])
+def test_a_flipped_byte_in_a_tensorboard_record_is_reported_exit_2(cli, tmp_path, where):
+    source = next(TB.glob("events.out.tfevents.*"))
+    data = bytearray(source.read_bytes())
+    start, length = _records(bytes(data))[3]  # a scalar record in the middle of the file
+    index = start + length // 2 if where == "payload" else start + length + 1
+    data[index] ^= 0x10
+    broken = tmp_path / "run" / source.name
+    broken.parent.mkdir()
+    broken.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=rf"{broken.name}: TensorBoard record at byte {start - 12} fails its CRC check"):
+        list(read_run(broken).series)
+    result = cli("curves", TB, broken.parent)
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+    assert str(broken) in result.err and "CRC" in result.err
+    assert cli("curves", TB, TB).code == 0  # the undamaged file still reads
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--tolerance", "-0.01"), "--tolerance -0.01: the allowed relative gap must be a fraction above 0"),
+        (("--tolerance", "0"), "--tolerance 0.0: the allowed relative gap must be a fraction above 0"),
+        (("--tolerance", "loss=nan"), "--tolerance loss=nan: the allowed relative gap"),
+        (("--max-outside", "1.5"), "--max-outside 1.5: give the share of steps as a fraction in [0, 1]"),
+        (("--max-outside", "-0.1"), "--max-outside -0.1"),
+        (("--smooth", "1"), "--smooth 1.0: the EMA weight must be in [0, 1)"),
+        (("--smooth", "nan"), "--smooth nan"),
+    ],
+)
+def test_bad_numeric_options_are_one_line_exit_2(cli, tmp_path, args, message):
+    ref = write_csv(tmp_path / "ref.csv")
+    result = cli("curves", ref, ref, *args)
+    assert result.code == 2 and len(result.err.strip().splitlines()) == 1
+    assert message in result.err, result.err

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from accelport.verify import dumpfile
+from accelport.errors import UserError
+from accelport.verify import capture, dumpfile
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,3 +78,20 @@ def test_wrapper_usage_errors(cli, tmp_path):
     assert busy.code == 2 and "not empty" in busy.err
     assert cli("dump", "-o", tmp_path / "d2", "--steps", "a..b", "--", "python").code == 2
     assert cli("dump", "-o", tmp_path / "d3", "--filter", "layer:x", "--", "python").code == 2
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line_exit_2(cli, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    ran = tmp_path / "ran"
+    command = ("--", "python", "-c", f"open({str(ran)!r}, 'w')")
+    inside = cli("dump", "-o", blocker / "run", *command)
+    assert inside.code == 2 and len(inside.err.strip().splitlines()) == 1
+    assert f"{blocker / 'run'}: cannot create or write the dump folder (a part of the path is a file" in inside.err
+    onto = cli("dump", "-o", blocker, *command)
+    assert onto.code == 2 and "is a file, not a folder" in onto.err
+    assert not ran.exists()  # the program is not started when its dump cannot be written
+    with pytest.raises(UserError, match="cannot create the dump folder"), capture(blocker / "api", step_on="manual"):
+        import torch
+
+        torch.ones(2) + 1

@@ -11,6 +11,7 @@ accumulated drift.
 from __future__ import annotations
 
 import argparse
+import math
 
 from accelport.cli._output import emit
 from accelport.errors import UserError
@@ -28,11 +29,16 @@ def _tolerances(values: list[str]) -> dict[str, tuple[float, float]]:
         try:
             if dtype not in _DTYPES or len(parts) != 2:
                 raise ValueError
-            out[dtype] = (float(parts[0]), float(parts[1]))
+            rtol, atol = float(parts[0]), float(parts[1])
         except ValueError:
             raise UserError(
                 f"--tol {value}: write DTYPE=RTOL,ATOL with DTYPE one of {', '.join(_DTYPES)} (for example float32=1e-3,1e-3)"
             ) from None
+        if not (math.isfinite(rtol) and math.isfinite(atol)) or rtol < 0 or atol < 0 or rtol + atol == 0:
+            raise UserError(
+                f"--tol {value}: RTOL and ATOL must be finite, not negative, and not both 0 (for example {dtype}=1e-3,1e-3)"
+            )
+        out[dtype] = (rtol, atol)
     return out
 
 
@@ -49,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         replay=args.replay,
         replay_ratio=args.replay_ratio,
         allow_truncated=args.allow_truncated,
+        fail_on_drift=args.fail_on_drift,
         window=args.window,
         top=args.top,
     )
@@ -116,6 +123,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=("norm", "max", "elementwise"),
         default="norm",
         help="how op outputs are judged (default: %(default)s; see docs/compare.md)",
+    )
+    parser.add_argument(
+        "--fail-on-drift",
+        action="store_true",
+        help="fail when records beyond tolerance are explained by replay as accumulated drift (default: count and show them)",
     )
     parser.add_argument(
         "--replay",

@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
             "accelport dump: give the command to run after --, for example: accelport dump -o run -- python train.py"
         )
     folder = os.path.abspath(args.output_dir)
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UserError(f"{args.output_dir}: is a file, not a folder; give -o a new folder")
     if os.path.exists(folder) and os.listdir(folder):
         raise UserError(f"{args.output_dir}: folder is not empty; dump into a new folder")
     modules, ops = _filters(args.filter, "--filter")
@@ -57,6 +59,16 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(
                 f"--phases {args.phases}: unknown phase {phase!r}; choose from {', '.join(PHASES)}"
             )
+    # Make the folder now: a path that cannot be created is the user's to fix, before the program runs.
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, ".accelport-write-test")
+        with open(probe, "w", encoding="utf-8"):
+            pass
+        os.unlink(probe)
+    except OSError as exc:
+        why = "a part of the path is a file, not a folder" if isinstance(exc, FileExistsError | NotADirectoryError) else exc.strerror or str(exc)
+        raise UserError(f"{args.output_dir}: cannot create or write the dump folder ({why}); choose another -o") from None
     options = {
         "dir": folder,
         "tensors": args.tensors,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
-from accelport.coverage.oplists import AtenFacts, OpList, aten_facts, oplist_for
+from accelport.coverage.oplists import UNKNOWN_TORCH, AtenFacts, OpList, aten_facts, oplist_for
 from accelport.coverage.records import OpRecord, Trace, replacement
 
 
@@ -273,7 +273,9 @@ def check(trace: Trace, targets: Iterable[str]) -> CoverageReport:
         oplist = oplist_for(target)
         verdicts = judge(trace, ListSource(oplist, facts), facts)
         notes = [] if oplist.complete else [f"partial list, an operator it does not name may still have a kernel: {oplist.unlisted}"]
-        if oplist.torch_version and facts.torch_version and oplist.torch_version != facts.torch_version:
+        if oplist.torch_version == UNKNOWN_TORCH:
+            notes.append(f"the list does not say which torch version it is for (source: {oplist.source or oplist.origin})")
+        elif oplist.torch_version and facts.torch_version and oplist.torch_version != facts.torch_version:
             notes.append(f"list made for torch {oplist.torch_version}; operator facts from torch {facts.torch_version}")
         results.append(
             TargetResult(

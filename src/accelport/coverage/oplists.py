@@ -24,6 +24,7 @@ from accelport.errors import UserError
 ENV_VAR = "ACCELPORT_OPLISTS"
 SCHEMA_VERSION = 1
 ATEN_PREFIX = "aten-"
+UNKNOWN_TORCH = "unknown"  # a list that does not say which torch version it is for
 _user_paths: list[Path] = []
 
 # Header keys of a list file; `ops` and `vendor` are required, the rest describe where it came from.
@@ -124,7 +125,7 @@ def _list_from_mapping(data: Mapping[str, Any], origin: str) -> OpList:
         vendor=vendor,
         backend=str(data.get("backend", vendor)),
         version=str(data.get("version", "")),
-        torch_version=str(data.get("torch_version", "")),
+        torch_version=str(data.get("torch_version") or UNKNOWN_TORCH),
         dispatch_key=str(data.get("dispatch_key", "")),
         complete=bool(complete),
         unlisted=str(data.get("unlisted", "")),

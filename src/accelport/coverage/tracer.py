@@ -17,6 +17,7 @@ import os
 import sys
 import sysconfig
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -321,6 +322,68 @@ def _keep_rng() -> Iterator[None]:
         torch.set_rng_state(state)
 
 
+class _StageError(Exception):
+    """An exception raised by one of the user's callables (factory, loss, step), named for the report."""
+
+    def __init__(self, stage: str, exc: BaseException) -> None:
+        super().__init__(f"{stage} raised {_describe(exc)}")
+        self.stage = stage
+        self.original = exc
+
+
+def _describe(exc: BaseException) -> str:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if len(message) > 160:
+        message = message[:157] + "..."
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _callable_name(value: Any) -> str:
+    name = getattr(value, "__qualname__", None) or getattr(type(value), "__qualname__", None) or repr(value)
+    module = getattr(value, "__module__", None)
+    return f"{module}.{name}" if module and not module.startswith("accelport_factory_") and module != "builtins" else name
+
+
+def _call_factory(factory: Callable[[], Any], spec: str) -> Any:
+    """Call the user's factory; what it raises is named as the factory's error."""
+    try:
+        return factory()
+    except UserError:
+        raise
+    except Exception as exc:
+        raise _StageError("the factory", exc) from exc
+
+
+@contextmanager
+def _quiet_torch() -> Iterator[list[str]]:
+    """Keep the terminal clean while tracing: torch warns and logs about meta and fake tensors
+    (and the factory runs several times), none of which is about the user's step.
+
+    Python warnings are caught and torch's loggers raised to ERROR, both restored afterwards;
+    the distinct warnings are yielded so the caller can log them at debug level (-vv).
+    """
+    seen: list[str] = []
+    loggers = [logging.getLogger("torch")] + [
+        logger
+        for name, logger in logging.Logger.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger) and name.startswith("torch.")
+    ]
+    levels = [(logger, logger.level) for logger in loggers]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for logger, _ in levels:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield seen
+        finally:
+            for logger, level in levels:
+                logger.setLevel(level)
+            for warning in caught:
+                text = f"{warning.category.__name__}: {warning.message}"
+                if text not in seen:
+                    seen.append(text)
+
+
 def _call_model(model: Any, inputs: Any) -> Any:
     if isinstance(inputs, dict):
         return model(**inputs)
@@ -329,7 +392,7 @@ def _call_model(model: Any, inputs: Any) -> Any:
     return model(inputs)
 
 
-def _default_loss(torch: Any, output: Any, notes: list[str]) -> Any:
+def _default_loss(torch: Any, output: Any, notes: list[str], spec: str) -> Any:
     if isinstance(output, torch.Tensor):
         if output.dim() == 0:
             return output
@@ -341,14 +404,22 @@ def _default_loss(torch: Any, output: Any, notes: list[str]) -> Any:
     if isinstance(loss, torch.Tensor):
         return loss
     if isinstance(output, list | tuple) and output and isinstance(output[0], torch.Tensor):
-        return _default_loss(torch, output[0], notes)
-    raise UserError(f"cannot make a loss from a model output of type {type(output).__name__}; give the factory a loss function")
+        return _default_loss(torch, output[0], notes, spec)
+    raise UserError(
+        f"{spec}: cannot make a loss from a model output of type {type(output).__name__}; "
+        "return (model, inputs, loss_fn) from the factory"
+    )
 
 
-def _run_step(torch: Any, workload: Workload, mode: str, recorder: Any, attribution: _Attribution, notes: list[str]) -> None:
+def _run_step(
+    torch: Any, workload: Workload, mode: str, recorder: Any, attribution: _Attribution, notes: list[str], spec: str
+) -> None:
     if workload.step is not None:
         with recorder:
-            workload.step()
+            try:
+                workload.step()
+            except Exception as exc:
+                raise _StageError(f"the step function {_callable_name(workload.step)}", exc) from exc
         return
     model = workload.model
     if mode == "infer":
@@ -364,11 +435,12 @@ def _run_step(torch: Any, workload: Workload, mode: str, recorder: Any, attribut
     with recorder:
         output = _call_model(model, workload.inputs)
         if workload.loss is None:
-            loss = _default_loss(torch, output, notes)
-        elif workload.targets is None:
-            loss = workload.loss(output)
+            loss = _default_loss(torch, output, notes, spec)
         else:
-            loss = workload.loss(output, workload.targets)
+            try:
+                loss = workload.loss(output) if workload.targets is None else workload.loss(output, workload.targets)
+            except Exception as exc:
+                raise _StageError(f"the loss function {_callable_name(workload.loss)}", exc) from exc
         attribution.phase = "backward"  # the gradient seed is made before the autograd engine starts
         loss.backward()
         attribution.phase = "forward"
@@ -389,9 +461,9 @@ def _build(factory: Callable[[], Any], strategy: str, spec: str, fake_mode: Any 
 
     if strategy == "cpu":
         with torch.device("cpu"):
-            return as_workload(factory(), spec), "cpu"
+            return as_workload(_call_factory(factory, spec), spec), "cpu"
     with torch.device("meta"):
-        workload = as_workload(factory(), spec)
+        workload = as_workload(_call_factory(factory, spec), spec)
     if workload.model is not None and any(p.device.type != "meta" for p in workload.model.parameters()):
         workload.model = workload.model.to("meta")
     # Same sizes and strides as the real inputs (a sliced batch stays non-contiguous): layout decides
@@ -407,7 +479,7 @@ def _build(factory: Callable[[], Any], strategy: str, spec: str, fake_mode: Any 
     if workload.model is None:
         # A step function holds its own tensors: build it inside the fake mode instead.
         with fake_mode, torch.device("cpu"):
-            return as_workload(factory(), spec), "cpu"
+            return as_workload(_call_factory(factory, spec), spec), "cpu"
     with fake_mode:
         workload.model = workload.model.to_empty(device="cpu")
         for name in ("inputs", "targets"):
@@ -416,11 +488,12 @@ def _build(factory: Callable[[], Any], strategy: str, spec: str, fake_mode: Any 
 
 
 def _reason(exc: BaseException, last_op: str) -> str:
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if len(message) > 160:
-        message = message[:157] + "..."
+    if isinstance(exc, _StageError):
+        after = f" (last operator: {last_op})" if last_op else ""
+        return f"{exc.stage} raised {_describe(exc.original)}{after}"
+    message = _describe(exc).partition(": ")[2]
     where = f" at {last_op}" if last_op else ""
-    return f"{type(exc).__name__}{where}: {message}" if message else f"{type(exc).__name__}{where}"
+    return f"{type(exc).__name__}{where}" + (f": {message}" if message else "")
 
 
 def _attempt(
@@ -453,9 +526,15 @@ def _attempt(
             stack.enter_context(_sdpa_region(recorder, attribution))
             if fake_mode is not None:
                 stack.enter_context(fake_mode)
-            _run_step(torch, workload, mode, recorder, attribution, notes)
+            _run_step(torch, workload, mode, recorder, attribution, notes, spec)
         except UserError:
             raise
+        except _StageError as exc:
+            if strategy == "cpu" and recorder is None:
+                # The factory failed on a real device: no tracer can help, it is the factory's own error.
+                raise UserError(f"{spec}: the factory raised {_describe(exc.original)}; fix it so it runs on the CPU") from None
+            log.debug("%s trace failed", strategy, exc_info=True)
+            return None, mode or "", Attempt(strategy, False, time.perf_counter() - started, _reason(exc, recorder.last if recorder else ""))
         except Exception as exc:
             last = recorder.last if recorder is not None else ""
             log.debug("%s trace failed", strategy, exc_info=True)
@@ -509,19 +588,29 @@ def trace(
     import torch  # noqa: F401  (imported here so `accelport --help` stays fast)
 
     started = time.perf_counter()
-    if mode is None and strategy is None:
-        mode = _mode_of(build, spec)
-    ladder = (strategy,) if strategy else LADDERS[mode or "train"]
-    attempts: list[Attempt] = []
-    for step in ladder:
-        result, mode, attempt = _attempt(build, step, mode, spec)
-        attempts.append(attempt)
-        if result is not None:
-            result.attempts = attempts
-            result.seconds = time.perf_counter() - started
-            return result
-        log.info("%s: %s tracing failed: %s", spec, step, attempt.reason)
-    tried = "; ".join(f"{a.strategy}: {a.reason}" for a in attempts)
+    silenced: list[str] = []
+    try:
+        with _quiet_torch() as silenced:
+            if mode is None and strategy is None:
+                mode = _mode_of(build, spec)
+            ladder = (strategy,) if strategy else LADDERS[mode or "train"]
+            attempts: list[Attempt] = []
+            for step in ladder:
+                result, mode, attempt = _attempt(build, step, mode, spec)
+                attempts.append(attempt)
+                if result is not None:
+                    result.attempts = attempts
+                    result.seconds = time.perf_counter() - started
+                    return result
+                log.info("%s: %s tracing failed: %s", spec, step, attempt.reason)
+    finally:
+        for text in silenced:
+            log.debug("%s: warning while tracing (not shown): %s", spec, text)
+    reasons = {a.reason for a in attempts}
+    if len(reasons) == 1 and len(attempts) > 1:
+        tried = f"{', '.join(a.strategy for a in attempts)}: {attempts[0].reason}"
+    else:
+        tried = "; ".join(f"{a.strategy}: {a.reason}" for a in attempts)
     raise UserError(f"{spec}: could not trace the step ({tried}); run the factory's step on CPU to see the error")
 
 
@@ -531,10 +620,13 @@ def _mode_of(build: Callable[[], Any], spec: str) -> str:
 
     try:
         with _keep_rng(), torch.device("meta"):
-            workload = as_workload(build(), spec)
+            workload = as_workload(_call_factory(build, spec), spec)
     except UserError:
         raise
     except Exception:
-        with _keep_rng(), torch.device("cpu"):
-            workload = as_workload(build(), spec)
+        try:
+            with _keep_rng(), torch.device("cpu"):
+                workload = as_workload(_call_factory(build, spec), spec)
+        except _StageError as exc:
+            raise UserError(f"{spec}: the factory raised {_describe(exc.original)}; fix it so it runs on the CPU") from None
     return "train" if workload.model is None or workload.model.training else "infer"

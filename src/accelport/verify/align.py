@@ -53,20 +53,41 @@ class Mapping:
             raise UserError(
                 f"{path}: not valid TOML ({exc}); see docs/compare.md for the mapping format"
             ) from None
+        except OSError as exc:
+            raise UserError(f"{path}: cannot read the mapping file ({exc.strerror or exc}); check --map") from None
         mapping = cls()
+        known = {"rename", "fuse"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UserError(f"{path}: unknown key {unknown[0]!r}; a mapping file has [rename.ops], [rename.modules] and [[fuse]]")
         rename = data.get("rename", {})
-        mapping.ops = {str(k): str(v) for k, v in rename.get("ops", {}).items()}
-        mapping.modules = {str(k): str(v) for k, v in rename.get("modules", {}).items()}
-        for index, entry in enumerate(data.get("fuse", [])):
+        if not isinstance(rename, dict):
+            raise UserError(f"{path}: `rename` must be a table ([rename.ops] and [rename.modules])")
+        for table in ("ops", "modules"):
+            entries = rename.get(table, {})
+            if not isinstance(entries, dict) or not all(isinstance(v, str) for v in entries.values()):
+                raise UserError(
+                    f'{path}: [rename.{table}] must map names to names ("TEST name" = "REF name")'
+                )
+            setattr(mapping, table, dict(entries))
+        fused = data.get("fuse", [])
+        if not isinstance(fused, list) or not all(isinstance(e, dict) for e in fused):
+            raise UserError(f"{path}: `fuse` must be an array of tables ([[fuse]] with name, ref and test)")
+        for index, entry in enumerate(fused):
             name = entry.get("name")
-            if not name or not (entry.get("ref") or entry.get("test")):
+            if not isinstance(name, str) or not name or not (entry.get("ref") or entry.get("test")):
                 raise UserError(
                     f"{path}: [[fuse]] entry {index + 1} needs `name` and a `ref` or `test` op list"
                 )
-            if entry.get("ref"):
-                mapping.fused_ref.append((str(name), tuple(str(o) for o in entry["ref"])))
-            if entry.get("test"):
-                mapping.fused_test.append((str(name), tuple(str(o) for o in entry["test"])))
+            for side in ("ref", "test"):
+                ops = entry.get(side)
+                if ops is None or ops == []:
+                    continue
+                if not isinstance(ops, list) or not all(isinstance(o, str) and o for o in ops):
+                    raise UserError(
+                        f'{path}: [[fuse]] {name!r}: `{side}` must be a list of op names (["aten.mm.default", ...])'
+                    )
+                (mapping.fused_ref if side == "ref" else mapping.fused_test).append((name, tuple(ops)))
         return mapping
 
     def rename_test(self, record: Record) -> Record:

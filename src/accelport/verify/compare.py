@@ -48,6 +48,9 @@ class CompareOptions:
     replay: str = "failing"
     replay_ratio: float | None = None
     allow_truncated: bool = False
+    # Records beyond tolerance that replay explains as accumulated drift pass by default
+    # (counted and shown); with fail_on_drift they fail the verdict too.
+    fail_on_drift: bool = False
     window: int = 2048
     top: int = 25
     threads: int = 2
@@ -74,6 +77,7 @@ class CompareResult:
     options: dict[str, Any]
     seconds: float
     bytes_read: int
+    drift: dict[str, Any] = field(default_factory=lambda: {"count": 0, "fails": False, "first": None})
     _spool: Any = None
 
     @property
@@ -94,6 +98,7 @@ class CompareResult:
             "truncated": self.truncated,
             "counts": self.counts,
             "first_divergence": self.first_divergence,
+            "drift": self.drift,
             "params": self.params,
             "inputs": self.inputs,
             "worst": self.worst,
@@ -175,6 +180,7 @@ class _Comparer:
         self.inputs = {"checked": 0, "failed": []}
         self.only: dict[str, list[dict[str, Any]]] = {"ref": [], "test": []}
         self.first: dict[str, Any] | None = None
+        self.first_drift: dict[str, Any] | None = None
         self.first_pair: tuple[dict[str, Any], dict[str, Any]] | None = None
         # (step, row) of the first op only one side ran that changed values, this step.
         self.candidate: tuple[int, dict[str, Any]] | None = None
@@ -522,6 +528,8 @@ class _Comparer:
             self.counts["op_bugs"] += 1
         if status == "drift":
             self.counts["drift"] += 1
+            if self.first_drift is None:
+                self.first_drift = _brief(row)
         if status == "fail":
             self.counts["failed"] += 1
             aggregate["failed"] += 1
@@ -589,6 +597,10 @@ class _Comparer:
         if self.counts["matched"] == 0:
             reasons.append(
                 "no record of one dump matches the other (different models, or a --map is needed)"
+            )
+        if self.counts["drift"] and self.options.fail_on_drift:
+            reasons.append(
+                f"{self.counts['drift']} records beyond tolerance, explained by replay as accumulated drift (--fail-on-drift)"
             )
         truncated_any = truncated["ref"] or truncated["test"]
         if self.counts["op_bugs"]:
@@ -661,6 +673,12 @@ class _Comparer:
                 "mapping": str(self.options.mapping) if self.options.mapping else None,
                 "autocast": {side: sorted(v) for side, v in self.amp_by_side.items()},
                 "allow_truncated": self.options.allow_truncated,
+                "fail_on_drift": self.options.fail_on_drift,
+            },
+            drift={
+                "count": self.counts["drift"],
+                "fails": self.options.fail_on_drift,
+                "first": self.first_drift,
             },
             seconds=seconds,
             bytes_read=self.ref_files.bytes_read + self.test_files.bytes_read,
@@ -726,4 +744,22 @@ def compare_dumps(ref: Path, test: Path, **options: Any) -> CompareResult:
         raise ValueError(f"criterion must be one of {metrics.CRITERIA}")
     if options.get("replay", "failing") not in ("failing", "all", "none"):
         raise ValueError("replay must be 'failing', 'all' or 'none'")
+    _check_numbers(options)
     return _Comparer(Path(ref), Path(test), CompareOptions(**options)).run()
+
+
+def _check_numbers(options: Mapping[str, Any]) -> None:
+    """Numeric options a user gives (on the command line or in code): one clear error for a bad one."""
+    from accelport.errors import UserError
+
+    ratio = options.get("replay_ratio")
+    if ratio is not None and not (isinstance(ratio, int | float) and math.isfinite(ratio) and ratio > 0):
+        raise UserError(f"--replay-ratio {ratio}: K must be a number above 0 (default 2)")
+    for name, flag, least in (("window", "--window", 1), ("top", "--top", 0)):
+        value = options.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise UserError(f"{flag} {value}: give a whole number of at least {least}")
+    for dtype, pair in (options.get("tolerances") or {}).items():
+        rtol, atol = pair
+        if not (math.isfinite(rtol) and math.isfinite(atol)) or rtol < 0 or atol < 0 or rtol + atol == 0:
+            raise UserError(f"--tol {dtype}={rtol},{atol}: RTOL and ATOL must be finite, not negative, and not both 0")

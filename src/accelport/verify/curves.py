@@ -89,13 +89,21 @@ def _read_jsonl(path: Path, text: str) -> Run:
         try:
             row = json.loads(line)
         except ValueError:
+            row = None
+        if not isinstance(row, dict):
             raise UserError(
                 f"{path}:{number}: not a JSON object; each line must be one JSON object with a step"
-            ) from None
+            )
         step_key = next((k for k in STEP_NAMES if k in row), None)
         if step_key is None:
             raise UserError(f"{path}:{number}: no step field ({', '.join(STEP_NAMES)})")
-        step = int(row[step_key])
+        step = _number(row[step_key]) if not isinstance(row[step_key], bool) else None
+        if step is None or not math.isfinite(step) or step != int(step):
+            raise UserError(
+                f"{path}:{number}: {step_key} {json.dumps(row[step_key])} is not a whole number; "
+                "each line needs an integer step"
+            )
+        step = int(step)
         repeated = False
         for key, value in row.items():
             number_value = (
@@ -298,9 +306,16 @@ class CurvesResult:
             axis.set_xlabel("step")
             axis.legend(fontsize=8)
         fig.tight_layout()
-        with atomic_open(path, "wb", encoding=None) as handle:
-            fig.savefig(handle, format="png", dpi=100)
-        plt.close(fig)
+        try:
+            if Path(path).is_dir():
+                raise IsADirectoryError(21, "is a directory")
+            with atomic_open(path, "wb", encoding=None) as handle:
+                fig.savefig(handle, format="png", dpi=100)
+        except OSError as exc:
+            why = "a part of the path is a file, not a folder" if isinstance(exc, FileExistsError | NotADirectoryError) else exc.strerror or str(exc)
+            raise UserError(f"{path}: cannot write the PNG ({why}); choose another --png path") from None
+        finally:
+            plt.close(fig)
 
 
 def _relative(test: float, ref: float, floor: float) -> float:
@@ -327,6 +342,12 @@ def compare_curves(
         raise UserError("accelport curves: give at least one TEST run after REF")
     if not 0 <= smooth < 1:
         raise UserError(f"--smooth {smooth}: the EMA weight must be in [0, 1)")
+    if not 0 <= max_outside <= 1:
+        raise UserError(f"--max-outside {max_outside}: give the share of steps as a fraction in [0, 1]")
+    for name, value in [("", tolerance), *(tolerances or {}).items()]:
+        if value is not None and not (math.isfinite(value) and value > 0):
+            shown = f"{name}={value}" if name else f"{value}"
+            raise UserError(f"--tolerance {shown}: the allowed relative gap must be a fraction above 0 (0.01 is 1%)")
     base_tol = tolerance if tolerance is not None else float(defaults()["curves"]["relative_gap"])
     ref_run = read_run(ref)
     test_runs = [read_run(t) for t in tests]
@@ -369,7 +390,15 @@ def compare_curves(
                 f"{tests[0]}: shares no step with {ref} for {metric!r}; are they logs of the same training?"
             )
         tol = (tolerances or {}).get(metric, base_tol)
-        ref_values = _ema([ref_run.series[key_ref][s] for s in steps], smooth)
+        ref_last = max(ref_run.series[key_ref])
+        # A run that stops before REF does (a crash, a truncated log) cannot show it follows REF to the end.
+        short = [
+            (run, max(run.series[k]))
+            for run, k in zip(test_runs + seed_runs, keys, strict=True)
+            if max(run.series[k]) < ref_last
+        ]
+        ref_raw = [ref_run.series[key_ref][s] for s in steps]
+        ref_values = _ema(ref_raw, smooth)
         floor = max(1e-12, 1e-6 * max((abs(v) for v in ref_values), default=0.0))
         band = None
         if seed_runs:
@@ -384,6 +413,18 @@ def compare_curves(
         result = MetricResult(
             metric, metric in judged, True, tol, steps, ref_values, {}, {}, {}, {}, {}, band
         )
+        bad_ref = next((s for s, v in zip(steps, ref_raw, strict=True) if not math.isfinite(v)), None)
+        if bad_ref is not None:
+            result.reasons.append(
+                f"REF {Path(ref).name}: {metric} is {ref_raw[steps.index(bad_ref)]} at step {bad_ref}; "
+                "a reference that diverged cannot judge other runs"
+            )
+        for run, last in short:
+            role = "seed" if run in seed_runs else "TEST"
+            result.reasons.append(
+                f"{role} {run.path.name}: {metric} ends at step {last}, REF's at step {ref_last} "
+                "(truncated run or log?)"
+            )
         for name, run, key in zip(names, test_runs, keys, strict=False):
             values = _ema([run.series[key][s] for s in steps], smooth)
             gaps = [_relative(t, r, floor) for t, r in zip(values, ref_values, strict=True)]

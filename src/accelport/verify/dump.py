@@ -457,9 +457,14 @@ class Capture:
             return
         self._opened = True
         folder = self.folder
+        if folder.exists() and not folder.is_dir():
+            raise UserError(f"{folder}: is a file, not a folder; dump into a new folder")
         if folder.exists() and any(p.is_file() for p in folder.iterdir()):
             raise UserError(f"{folder}: folder is not empty; dump into a new folder")
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{folder}: cannot create the dump folder ({exc.strerror or exc}); choose another") from None
         self._manifest = dumpfile.ManifestWriter(folder)
         if self.tensors:
             self._store = dumpfile.TensorStore(folder)

@@ -53,14 +53,25 @@ def where(item: Mapping[str, Any]) -> str:
 def summary_lines(result: CompareResult) -> list[str]:
     data = result.to_dict()
     counts = data["counts"]
+    drift = data.get("drift") or {"count": counts.get("drift", 0), "fails": False, "first": None}
+    verdict = data["verdict"].upper()
+    if drift["count"]:
+        verdict += f" with {drift['count']} DRIFT"
     lines = [
-        f"verdict: {data['verdict'].upper()}   REF {data['ref']} ({data['modes']['ref']})   TEST {data['test']} ({data['modes']['test']})",
+        f"verdict: {verdict}   REF {data['ref']} ({data['modes']['ref']})   TEST {data['test']} ({data['modes']['test']})",
         f"aligned {counts['matched']} records; {counts['failed']} differ beyond tolerance; "
         f"{counts['drift']} beyond tolerance but explained as drift by replay; "
         f"{counts['only_ref']} only in REF, {counts['only_test']} only in TEST ({counts['benign_extra']} of them casts, copies or views)",
         f"parameters: {data['params']['checked']} checked, {len(data['params']['failed'])} differ; "
         f"model inputs: {data['inputs']['checked']} checked, {len(data['inputs']['failed'])} differ",
     ]
+    if drift["count"]:
+        effect = "fails the verdict (--fail-on-drift)" if drift["fails"] else "does not fail the verdict (--fail-on-drift makes it)"
+        lines.append(
+            f"DRIFT: {drift['count']} records beyond tolerance that replay explains as accumulated drift; {effect}"
+        )
+        if drift.get("first"):
+            lines.append("  first drift: " + where(drift["first"]))
     for side in ("ref", "test"):
         if data["truncated"][side]:
             lines.append(

@@ -111,8 +111,9 @@ def _tensor_scalar(buf: bytes) -> float | None:
 def scalars(path: Path) -> Iterator[tuple[str, int, float]]:
     """(tag, step, value) of every scalar summary in one event file, in file order.
 
-    A record cut short at the end (a run still writing) ends the file quietly; a corrupt
-    length in the middle is an error naming the file.
+    A record cut short at the end (a run still writing) ends the file quietly; a record
+    whose length or payload fails its CRC, or whose payload does not parse, is an error
+    naming the file and the byte where the record starts.
     """
     data = Path(path).read_bytes()
     pos = 0
@@ -128,32 +129,48 @@ def scalars(path: Path) -> Iterator[tuple[str, int, float]]:
         if start + length + 4 > len(data):
             return
         payload = data[start : start + length]
+        (payload_crc,) = struct.unpack("<I", data[start + length : start + length + 4])
+        if masked_crc(payload) != payload_crc:
+            raise UserError(
+                f"{path}: TensorBoard record at byte {pos} fails its CRC check (its data is damaged); "
+                "the file is corrupt: restore it or leave it out"
+            )
+        try:
+            yield from _record_scalars(payload)
+        except (IndexError, ValueError, struct.error):
+            raise UserError(
+                f"{path}: TensorBoard record at byte {pos} does not parse as an Event; the file is damaged"
+            ) from None
         pos = start + length + 4
-        step = 0
-        summary = None
-        for number, _wire, value in _fields(payload):
-            if number == 2:
-                step = int(value)  # type: ignore[arg-type]
-                if step >= 1 << 63:
-                    step -= 1 << 64
-            elif number == 5:
-                summary = value
-        if summary is None:
+
+
+def _record_scalars(payload: bytes) -> Iterator[tuple[str, int, float]]:
+    """(tag, step, value) of the scalar summaries in one Event payload."""
+    step = 0
+    summary = None
+    for number, _wire, value in _fields(payload):
+        if number == 2:
+            step = int(value)  # type: ignore[arg-type]
+            if step >= 1 << 63:
+                step -= 1 << 64
+        elif number == 5:
+            summary = value
+    if summary is None:
+        return
+    for number, _wire, value in _fields(summary):  # type: ignore[arg-type]
+        if number != 1:
             continue
-        for number, _wire, value in _fields(summary):  # type: ignore[arg-type]
-            if number != 1:
-                continue
-            tag = None
-            scalar = None
-            for field, wire, item in _fields(value):  # type: ignore[arg-type]
-                if field == 1:
-                    tag = bytes(item).decode("utf-8", "replace")  # type: ignore[arg-type]
-                elif field == 2 and wire == 5:
-                    scalar = struct.unpack("<f", item)[0]  # type: ignore[arg-type]
-                elif field == 8 and wire == 2:
-                    scalar = _tensor_scalar(item)  # type: ignore[arg-type]
-            if tag is not None and scalar is not None:
-                yield tag, step, float(scalar)
+        tag = None
+        scalar = None
+        for field, wire, item in _fields(value):  # type: ignore[arg-type]
+            if field == 1:
+                tag = bytes(item).decode("utf-8", "replace")  # type: ignore[arg-type]
+            elif field == 2 and wire == 5:
+                scalar = struct.unpack("<f", item)[0]  # type: ignore[arg-type]
+            elif field == 8 and wire == 2:
+                scalar = _tensor_scalar(item)  # type: ignore[arg-type]
+        if tag is not None and scalar is not None:
+            yield tag, step, float(scalar)
 
 
 def event_files(path: Path) -> list[Path]:
