@@ -68,7 +68,7 @@ NUMERICS = """
 [correctness]
 reference = "dumps-ref"
 test = "dumps-test"
-options = { atol = 1e-3 }
+options = { tolerances = { float32 = [1e-3, 1e-3] }, criterion = "max" }
 
 [precision]
 reference = "curve-ref.csv"
@@ -124,6 +124,28 @@ def test_numerics_sections_never_pass_when_the_library_is_missing(tmp_path, monk
         ("[[correctness]]\nreference = 'dumps-ref'\ntest = 'dumps-test'\n", "is a single table"),
         ("[[stability]]\nresult = 'soak.json'\nmax = 3\n", "unknown key(s) max"),
         ("[stability\n", "not valid TOML"),
+        # options reach compare_dumps / compare_curves only once they are known to fit them
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { atol = 1e-3 }\n",
+         "unknown option(s) atol in options"),
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { top = 'all' }\n",
+         "options.top must be a positive integer"),
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { criterion = 'loose' }\n",
+         "options.criterion must be one of norm, max, elementwise"),
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { tolerances = { float32 = 1e-3 } }\n",
+         "options.tolerances.float32 must be [RTOL, ATOL]"),
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { tolerances = { fp8 = [0, 0] } }\n",
+         "options.tolerances has unknown dtype 'fp8'"),
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { mapping = 'map.toml' }\n",
+         "options.mapping = 'map.toml' does not exist"),
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = 3\n", "options must be a table"),
+        ("[precision]\nreference = 'curve-ref.csv'\ntests = ['curve-test.csv']\noptions = { smooth = 1.0 }\n",
+         "options.smooth must be a number with 0 <= x < 1"),
+        ("[precision]\nreference = 'curve-ref.csv'\ntests = ['curve-test.csv']\noptions = { metrics = 'loss' }\n",
+         "options.metrics must be a non-empty list of names"),
+        ("[precision]\nreference = 'curve-ref.csv'\ntests = ['curve-test.csv']\noptions = { per_step = 1 }\n",
+         "options.per_step must be true or false"),
+        ("[precision]\nreference = 'curve-ref.csv'\ntests = ['curve-test.csv']\noptions = { tolerances = { loss = -1 } }\n",
+         "options.tolerances must be a table of positive numbers"),
     ],
 )
 def test_invalid_specs_are_usage_errors_naming_the_file(cli, tmp_path, text, message):
@@ -133,6 +155,24 @@ def test_invalid_specs_are_usage_errors_naming_the_file(cli, tmp_path, text, mes
     assert done.code == 2
     assert "spec.toml" in done.err and message in done.err
     assert not (tmp_path / "out" / "report.html").exists()
+    assert "Traceback" not in done.err and len(done.err.strip().splitlines()) == 1
+
+
+def test_valid_options_are_kept_with_their_paths_resolved(tmp_path):
+    _inputs(tmp_path)
+    (tmp_path / "map.toml").write_text("")
+    (tmp_path / "seed.csv").write_text("step,loss\n0,1.0\n")
+    (tmp_path / "spec.toml").write_text(
+        "[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\n"
+        "options = { mapping = 'map.toml', tolerances = { float32 = [1e-3, 2e-3] }, replay = 'none', top = 5 }\n"
+        "[precision]\nreference = 'curve-ref.csv'\ntests = ['curve-test.csv']\n"
+        "options = { seeds = ['seed.csv'], metrics = ['loss'], tolerance = 0.02, smooth = 0.5, per_step = true }\n")
+    spec = accept.load_spec(tmp_path / "spec.toml")
+    correctness = spec.sections["correctness"][0]["options"]
+    assert correctness == {"mapping": (tmp_path / "map.toml").resolve(), "tolerances": {"float32": (1e-3, 2e-3)},
+                           "replay": "none", "top": 5}
+    precision = spec.sections["precision"][0]["options"]
+    assert precision["seeds"] == [(tmp_path / "seed.csv").resolve()] and precision["smooth"] == 0.5
 
 
 # --------------------------------------------------------------------------- headless Chromium over CDP
