@@ -44,8 +44,8 @@ def _inputs(folder: Path, test_median: float = 0.012) -> None:
     (folder / "comm.json").write_text(json.dumps(comm.CommResult(2, "gloo", "cpu", rows).to_dict()))
     (folder / "dumps-ref").mkdir(exist_ok=True)
     (folder / "dumps-test").mkdir(exist_ok=True)
-    (folder / "curve-ref.csv").write_text("step,loss\n0,1.0\n")
-    (folder / "curve-test.csv").write_text("step,loss\n0,1.0\n")
+    (folder / "curve-ref.csv").write_text("step,loss\n" + "".join(f"{s},{2.0 / (s + 1):.6f}\n" for s in range(12)))
+    (folder / "curve-test.csv").write_text("step,loss\n" + "".join(f"{s},{2.002 / (s + 1):.6f}\n" for s in range(12)))
 
 
 SPEC = """
@@ -331,11 +331,23 @@ def _stop_session(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def test_precision_section_plots_the_curves_inline(tmp_path):
+    _inputs(tmp_path)
+    (tmp_path / "spec.toml").write_text("[precision]\nreference = 'curve-ref.csv'\ntests = ['curve-test.csv']\n")
+    report = accept.evaluate(accept.load_spec(tmp_path / "spec.toml"))
+    assert [c.status for c in report.checks] == ["pass"], report.checks[0].summary
+    html = accept.render_html(report)
+    section = html[html.index('<section id="precision"'):]
+    section = section[: section.index("</section>")]
+    assert section.count("<svg") == 1 and section.count("<polyline") == 2  # one line per run
+    assert "REF curve-ref.csv" in section and "TEST curve-test.csv" in section
+    assert "src=" not in section and "href=" not in section  # inline, nothing fetched
+
+
 def test_acceptance_report_renders_every_section_without_console_errors(chromium, tmp_path, monkeypatch):
-    # The numerics sections render as "could not run" here (their inputs are placeholders),
-    # whether or not the numerics library is installed.
+    # Correctness renders as "could not run" here (its dump folders are placeholders), whether
+    # or not the numerics library is installed; precision runs on real curve files and plots them.
     monkeypatch.setitem(sys.modules, "accelport.verify.compare", None)
-    monkeypatch.setitem(sys.modules, "accelport.verify.curves", None)
     _inputs(tmp_path)
     (tmp_path / "spec.toml").write_text(SPEC + NUMERICS)
     report = accept.evaluate(accept.load_spec(tmp_path / "spec.toml"))
@@ -346,7 +358,7 @@ def test_acceptance_report_renders_every_section_without_console_errors(chromium
     assert set(sections) == {"summary", "correctness", "precision", "performance", "stability", "collectives"}
     for section in sections.values():
         assert section["height"] > 50 and section["text"] > 40, section
-    for plotted in ("performance", "stability", "collectives"):
+    for plotted in ("precision", "performance", "stability", "collectives"):
         assert sections[plotted]["svgs"] >= 1, sections[plotted]
     assert sections["summary"]["rows"] == 1 + len(report.checks)
 

@@ -330,8 +330,11 @@ def _numerics(module: str, function: str) -> Callable[..., Any] | str:
 
 
 def _from_numerics(section: str, entry: dict[str, Any], entry_point: tuple[str, str], arguments: tuple[Any, ...],
-                   keys: tuple[str, ...]) -> Check:
-    """Run the numerics library's `module.function(*arguments, **options)` and report `keys` of its result."""
+                   keys: tuple[str, ...], plots: Callable[[Any], list[tuple[str, str]]] | None = None) -> Check:
+    """Run the numerics library's `module.function(*arguments, **options)` and report `keys` of its result.
+
+    `plots(result)` gives (svg, caption) pairs drawn under the figures.
+    """
     compare = _numerics(*entry_point)
     if isinstance(compare, str):
         return Check(section, entry["name"], "error", f"{compare}; the {section} check did not run")
@@ -342,6 +345,8 @@ def _from_numerics(section: str, entry: dict[str, Any], entry_point: tuple[str, 
     summary = f"verdict {data.get('verdict')}; " + "; ".join(f"{k} {_describe(k, data.get(k))}" for k in keys)
     check = Check(section, entry["name"], status, summary, figures)
     check.html.append(("table", (["figure", "value"], [[k, _short(v, 400)] for k, v in figures.items()])))
+    for svg, caption in plots(result) if plots else []:
+        check.html.append(("svg", (svg, caption)))
     return check
 
 
@@ -367,7 +372,15 @@ def check_correctness(entry: dict[str, Any]) -> Check:
 
 def check_precision(entry: dict[str, Any]) -> Check:
     arguments = (entry["reference"], list(entry["tests"]))
-    return _from_numerics("precision", entry, ("curves", "compare_curves"), arguments, ("final_gap", "mean_gap"))
+    return _from_numerics("precision", entry, ("curves", "compare_curves"), arguments, ("final_gap", "mean_gap"),
+                          plots=_curve_plots)
+
+
+def _curve_plots(result: Any) -> list[tuple[str, str]]:
+    """One inline SVG per compared metric: the reference and test curves (and the seeds' band) per step."""
+    smoothed = " (EMA-smoothed)" if result.options.get("smooth") else ""
+    return [(result.svg(m.metric), f"{m.metric} per step: reference and test runs{smoothed}"
+             + ("" if m.judged else "; not judged")) for m in result.metrics]
 
 
 def check_performance(entry: dict[str, Any]) -> Check:
