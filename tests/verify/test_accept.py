@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from accelport.errors import UserError
 from accelport.verify import accept, bench, comm, soak
 
 CHROMIUM = "/usr/bin/chromium"
@@ -156,6 +157,65 @@ def test_invalid_specs_are_usage_errors_naming_the_file(cli, tmp_path, text, mes
     assert "spec.toml" in done.err and message in done.err
     assert not (tmp_path / "out" / "report.html").exists()
     assert "Traceback" not in done.err and len(done.err.strip().splitlines()) == 1
+
+
+def _drop(data: dict, dotted: str) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        data = data[int(part)] if isinstance(data, list) else data[part]
+    del data[last]
+
+
+def _set(data: dict, dotted: str, value) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        data = data[int(part)] if isinstance(data, list) else data[part]
+    data[last] = value
+
+
+@pytest.mark.parametrize(
+    ("saved", "change", "message"),
+    [
+        ("soak.json", ("drop", "steps"), "soak result has no 'steps'"),
+        ("soak.json", ("drop", "failures"), "soak result has no 'failures'"),
+        ("soak.json", ("drop", "samples"), "soak result has no 'samples'"),
+        ("soak.json", ("drop", "samples.3.step"), "soak result has no 'samples[3].step'"),
+        ("soak.json", ("set", "samples.2.dt", "fast"), "'samples[2].dt' must be a number or null"),
+        ("soak.json", ("set", "samples", {}), "'samples' must be a list"),
+        ("soak.json", ("drop", "slopes.rss.low"), "soak result has no 'slopes.rss.low'"),
+        ("soak.json", ("set", "duration_s", None), "'duration_s' must be a number"),
+        ("soak.json", ("set", "hang", {"stacks": 3}), "'hang.stacks' must be a string"),
+        ("comm.json", ("drop", "ranks"), "comm result has no 'ranks'"),
+        ("comm.json", ("drop", "rows.1.busbw"), "comm result has no 'rows[1].busbw'"),
+        ("comm.json", ("set", "rows.0.size", 0), "'rows[0].size' must be positive"),
+        ("comm.json", ("set", "rows.0.wrong", "none"), "'rows[0].wrong' must be an integer"),
+        ("comm.json", ("set", "errors", "none"), "'errors' must be a list of strings"),
+        ("comm.json", ("set", "verdict", "ok"), "'verdict' must be \"pass\" or \"fail\""),
+    ],
+)
+def test_incomplete_saved_results_are_usage_errors_naming_file_and_key(cli, tmp_path, saved, change, message):
+    _inputs(tmp_path)
+    data = json.loads((tmp_path / saved).read_text())
+    if saved == "soak.json":
+        assert "rss" in data["slopes"]  # the slope one case takes a key from
+    if change[0] == "drop":
+        _drop(data, change[1])
+    else:
+        _set(data, change[1], change[2])
+    (tmp_path / saved).write_text(json.dumps(data))
+    (tmp_path / "spec.toml").write_text(SPEC)
+    done = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    assert done.code == 2, done.out + done.err
+    assert saved in done.err and message in done.err, done.err
+    assert "Traceback" not in done.err and len(done.err.strip().splitlines()) == 1
+    with pytest.raises(UserError, match="re-run `accelport"):
+        (soak if saved == "soak.json" else comm).load_result(tmp_path / saved)
+
+
+def test_complete_saved_results_load(tmp_path):
+    _inputs(tmp_path)
+    assert soak.load_result(tmp_path / "soak.json")["steps"] == 30
+    assert len(comm.load_result(tmp_path / "comm.json")["rows"]) == 2 * len(comm.COLLECTIVES)
 
 
 def test_valid_options_are_kept_with_their_paths_resolved(tmp_path):

@@ -38,7 +38,7 @@ from typing import Any
 
 from accelport.errors import UserError
 from accelport.verify import bench
-from accelport.verify.saved import read_saved
+from accelport.verify.saved import check_fields, read_saved
 
 RESULT_KIND = "accelport.soak"
 MEMORY_SERIES = ("rss", "heap", "device_allocated", "device_reserved")
@@ -488,10 +488,30 @@ def run_command(
     )
 
 
+_SAVED_FIELDS = {"verdict": "str", "failures": "strs", "stop_reason": "str", "steps": "int", "duration_s": "number",
+                 "step_time_median_s": "number?", "slopes": "dict", "samples": "list", "hang": "dict?"}
+_SAVED_SLOPE = {"per_step": "number", "low": "number", "high": "number"}
+_SAVED_SAMPLE_OPTIONAL = {"dt": "number?", **{key: "number?" for key in MEMORY_SERIES}}
+
+
 def load_result(path: str | Path) -> dict[str, Any]:
+    """A result saved by `accelport soak --save`, checked field by field (UserError naming the file and key)."""
     data = read_saved(path, "soak", RESULT_KIND)
     if data.get("verdict") not in ("pass", "fail"):
         raise UserError(f"{path}: soak result without a verdict; pass a file saved by `accelport soak --save FILE`")
+    check_fields(data, _SAVED_FIELDS, path, "soak")
+    for key, fit in data["slopes"].items():
+        if not isinstance(fit, dict):
+            raise UserError(f"{path}: soak result: 'slopes.{key}' must be an object; re-run `accelport soak --save FILE`")
+        check_fields(fit, _SAVED_SLOPE, path, "soak", where=f"slopes.{key}.")
+        check_fields(fit, {"relative": "number?"}, path, "soak", where=f"slopes.{key}.", optional=True)
+    for index, sample in enumerate(data["samples"]):
+        if not isinstance(sample, dict):
+            raise UserError(f"{path}: soak result: 'samples[{index}]' must be an object; re-run `accelport soak --save FILE`")
+        check_fields(sample, {"step": "number"}, path, "soak", where=f"samples[{index}].")
+        check_fields(sample, _SAVED_SAMPLE_OPTIONAL, path, "soak", where=f"samples[{index}].", optional=True)
+    if data["hang"] is not None:
+        check_fields(data["hang"], {"stacks": "str"}, path, "soak", where="hang.", optional=True)
     return data
 
 
