@@ -459,3 +459,37 @@ def test_cli_profile_runs_a_script_and_profiles_its_marked_steps(tmp_path):
     assert summary.steps == 2 and summary.step_source == "ProfilerStep"
     assert {"0", "2"} <= {key[0] for key in summary.rows}  # module paths of the Sequential's layers
     assert "aten::linear" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["nope.py"], "nope.py: script not found"),
+        (["--", "python", "nope.py"], "nope.py: script not found"),
+        (["--", "{folder}"], "is a folder, not a script"),
+        (["--", "/nonexistent/python3", "{script}"], "/nonexistent/python3: cannot start"),
+        (["-o", "/nonexistent/dir/t.json", "--", "{script}"], "-o /nonexistent/dir/t.json: folder"),
+        (["--steps", "0", "--", "{script}"], "--steps 0: profile at least 1 step"),
+        (["--warmup", "-1", "--", "{script}"], "--warmup -1"),
+    ],
+)
+def test_cli_profile_bad_arguments_are_one_line_usage_errors(cli, tmp_path, monkeypatch, arguments, message):
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('the script must not run on bad arguments')\n")
+    (tmp_path / "pkg.py").mkdir()
+    done = cli("profile", *[a.format(script=script, folder=tmp_path / "pkg.py") for a in arguments])
+    assert done.code == 2, done.out + done.err
+    assert message in done.err and "Traceback" not in done.err, done.err
+    assert len(done.err.strip().splitlines()) == 1
+    assert not (tmp_path / "accelport-trace.json").exists()
+
+
+def test_profile_child_without_torch_says_so_in_one_line(tmp_path):
+    # The interpreter after `--` may lack torch: one line naming it, not an ImportError traceback.
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from accelport.verify.profile import _child\n"
+            f"sys.exit(_child(['--trace', {str(tmp_path / 't.json')!r}, {str(tmp_path / 'x.py')!r}]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "has no torch" in done.stderr and "Traceback" not in done.stderr

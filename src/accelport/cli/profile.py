@@ -41,7 +41,16 @@ def run_profile(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     interpreter, script = _python_script(command)
+    if not Path(script[0]).is_file():
+        what = "is a folder, not a script" if Path(script[0]).is_dir() else "not found"
+        raise UserError(f"{script[0]}: script {what}; give the Python file to profile, e.g. `accelport profile -- python train.py`")
     trace = Path(args.output_trace).resolve()
+    if not trace.parent.is_dir():
+        raise UserError(f"-o {args.output_trace}: folder {trace.parent} does not exist; create it or pick another trace path")
+    if args.steps is not None and args.steps < 1:
+        raise UserError(f"--steps {args.steps}: profile at least 1 step")
+    if args.warmup < 0:
+        raise UserError(f"--warmup {args.warmup}: warm-up steps cannot be negative")
     child = [interpreter, "-m", "accelport.verify.profile", "--trace", str(trace), "--warmup", str(args.warmup)]
     if args.steps:
         child += ["--steps", str(args.steps)]
@@ -49,7 +58,10 @@ def run_profile(args: argparse.Namespace) -> int:
     env.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     if not args.steps:
         env.pop("ACCELPORT_STEP_LOG", None)
-    code = subprocess.run([*child, *script], env=env, check=False).returncode
+    try:
+        code = subprocess.run([*child, *script], env=env, check=False).returncode
+    except OSError as exc:
+        raise UserError(f"{interpreter}: cannot start ({exc.strerror}); check the interpreter after --") from None
     if code != 0 or not trace.is_file():
         raise UserError(f"{script[0]}: profiling failed (exit code {code}); see the output above")
     summary = profile.profile_trace(trace, args.steps_used)
