@@ -82,3 +82,28 @@ def test_cli_bench_runs_a_marked_script_and_stops_it_when_done(tmp_path):
     assert data["unit"] == "step" and 5 <= data["steps"] <= 15
     assert data["samples_per_step"] == 16
     assert "stopped at" in done.stdout  # step() returned False, the loop ended by itself
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--warmup", "-1"], "--warmup -1: must be 0 <= warmup"),
+        (["--min-steps", "0"], "--min-steps 0: must be 1 <= min-steps"),
+        (["--max-steps", "0"], "--max-steps 0: must be 1 <= max-steps"),
+        (["--budget", "0"], "--budget 0: must be 0 < budget"),
+        (["--ci", "0"], "--ci 0: must be 0 < ci < 1"),
+        (["--ci", "5"], "--ci 5: must be 0 < ci < 1"),
+        (["--samples-per-step", "-8"], "--samples-per-step -8: must be 0 < samples-per-step"),
+        (["--tokens-per-step", "0"], "--tokens-per-step 0: must be 0 < tokens-per-step"),
+        (["--floor", "0"], "--floor 0: must be 0 < floor"),
+        (["--save", "{tmp}/missing/r.json"], "folder {tmp}/missing does not exist"),
+        (["--save", "{tmp}"], "is a directory"),
+    ],
+)
+def test_cli_bench_out_of_range_options_are_one_line_usage_errors(cli, tmp_path, arguments, message):
+    marker = tmp_path / "ran"
+    arguments = [a.format(tmp=tmp_path) for a in arguments]
+    done = cli("bench", *arguments, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+    assert done.code == 2, done.out + done.err
+    assert message.format(tmp=tmp_path) in done.err and len(done.err.strip().splitlines()) == 1, done.err
+    assert not marker.exists()  # refused before the command ran

@@ -439,6 +439,15 @@ def test_cli_profile_diff_formats_and_exit_codes(cli, kineto_pair, tmp_path):
     assert missing.code == 2 and "nope.json" in missing.err
 
 
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [(["--top", "-1"], "--top -1: must be 0 <= top"), (["--fail-above", "0"], "--fail-above 0: must be 0 < fail-above")],
+)
+def test_cli_profile_diff_out_of_range_options_are_usage_errors(cli, kineto_pair, arguments, message):
+    done = cli("profile-diff", *kineto_pair, *arguments)
+    assert done.code == 2 and message in done.err and len(done.err.strip().splitlines()) == 1, done.err
+
+
 def test_cli_profile_runs_a_script_and_profiles_its_marked_steps(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""
@@ -469,7 +478,7 @@ def test_cli_profile_runs_a_script_and_profiles_its_marked_steps(tmp_path):
         (["--", "{folder}"], "is a folder, not a script"),
         (["--", "/nonexistent/python3", "{script}"], "/nonexistent/python3: cannot start"),
         (["-o", "/nonexistent/dir/t.json", "--", "{script}"], "-o /nonexistent/dir/t.json: folder"),
-        (["--steps", "0", "--", "{script}"], "--steps 0: profile at least 1 step"),
+        (["--steps", "0", "--", "{script}"], "--steps 0: must be 1 <= steps"),
         (["--warmup", "-1", "--", "{script}"], "--warmup -1"),
     ],
 )

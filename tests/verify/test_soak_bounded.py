@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from accelport.errors import UserError
 from accelport.verify import soak
 
 
@@ -50,3 +51,42 @@ def test_a_flat_long_run_passes_and_in_process_soak_uses_the_bound():
     assert data["steps"] == 300 and data["sample_stride"] > 1
     assert len(data["samples"]) <= 2 + 16 + 1
     assert data["samples"][-1]["step"] == 299
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--steps", "0"], "--steps 0: must be 1 <= steps"),
+        (["--duration", "0s"], "duration '0s' must be positive"),
+        (["--duration=-5m"], "duration '-5m' must be positive"),
+        (["--steps", "5", "--hang-timeout", "0"], "duration '0' must be positive"),
+        (["--steps", "5", "--warmup-steps", "-1"], "--warmup-steps -1: must be 0 <= warmup-steps"),
+        (["--steps", "5", "--max-time-drift", "0"], "--max-time-drift 0: must be 0 < max-time-drift"),
+        (["--steps", "5", "--min-time-drift-ms", "-1"], "--min-time-drift-ms -1: must be 0 <= min-time-drift-ms"),
+        (["--steps", "5", "--max-memory-growth", "-16"], "--max-memory-growth -16: must be 0 < max-memory-growth"),
+        (["--steps", "5", "--spike-z", "0"], "--spike-z 0: must be 0 < spike-z"),
+        (["--steps", "5", "--max-spikes", "-1"], "--max-spikes -1: must be 0 <= max-spikes"),
+        (["--steps", "5", "--save", "{tmp}/missing/s.json"], "folder {tmp}/missing does not exist"),
+        (["--steps", "12"], None),  # the control: valid options run the command
+    ],
+)
+def test_cli_soak_out_of_range_options_are_one_line_usage_errors(cli, tmp_path, arguments, message):
+    import sys
+
+    marker = tmp_path / "ran"
+    script = tmp_path / "loop.py"
+    script.write_text(f"open({str(marker)!r}, 'w')\nfrom accelport.verify import bench\nfor _ in range(12):\n    bench.step(loss=1.0)\n")
+    done = cli("soak", *[a.format(tmp=tmp_path) for a in arguments], "--quiet", "--", sys.executable, str(script))
+    if message is None:
+        assert done.code == 0 and marker.exists(), done.out + done.err
+        return
+    assert done.code == 2, done.out + done.err
+    assert message.format(tmp=tmp_path) in done.err and len(done.err.strip().splitlines()) == 1, done.err
+    assert not marker.exists()  # refused before the command ran
+
+
+def test_soak_api_refuses_an_empty_run():
+    with pytest.raises(UserError, match="--steps 0: must be 1 <= steps"):
+        soak.run(lambda: 1.0, steps=0)
+    with pytest.raises(UserError, match="must be positive"):
+        soak.run(lambda: 1.0, duration_s=0.0)

@@ -15,8 +15,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from accelport.cli._output import emit
-from accelport.fileio import atomic_write_text
+from accelport.cli._output import check_range, check_save_path, emit, save_text
 
 ORDER = 60
 
@@ -56,6 +55,15 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.command or [])
     if command and command[0] == "--":
         command = command[1:]
+    check_range("--warmup", args.warmup, low=0)
+    check_range("--min-steps", args.min_steps, low=1)
+    check_range("--max-steps", args.max_steps, low=1)
+    check_range("--budget", args.budget, low=0, low_open=True)
+    check_range("--ci", args.ci, low=0, high=1, low_open=True, high_open=True)
+    check_range("--samples-per-step", args.samples_per_step, low=0, low_open=True)
+    check_range("--tokens-per-step", args.tokens_per_step, low=0, low_open=True)
+    check_range("--floor", args.floor, low=0, low_open=True)
+    save = check_save_path("--save", args.save)
     if args.result:
         if command:
             raise UserError("give either --result FILE or a command after --, not both")
@@ -73,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if args.baseline:
         comparison = bench.compare(result, bench.load_result(args.baseline), floor=args.floor).to_dict()
         data["comparison"] = comparison
-    if args.save:
-        atomic_write_text(Path(args.save), json.dumps(result.to_dict(), indent=2) + "\n")
+    save_text("--save", save, json.dumps(result.to_dict(), indent=2) + "\n")
     emit(json.dumps(data, indent=2) + "\n" if args.format == "json" else _render(data, comparison), args.output)
     return 1 if comparison and not comparison["passed"] else 0
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from accelport.cli._output import emit
+from accelport.cli._output import check_range, emit
 from accelport.errors import UserError
 
 ORDER = 61
@@ -47,10 +47,8 @@ def run_profile(args: argparse.Namespace) -> int:
     trace = Path(args.output_trace).resolve()
     if not trace.parent.is_dir():
         raise UserError(f"-o {args.output_trace}: folder {trace.parent} does not exist; create it or pick another trace path")
-    if args.steps is not None and args.steps < 1:
-        raise UserError(f"--steps {args.steps}: profile at least 1 step")
-    if args.warmup < 0:
-        raise UserError(f"--warmup {args.warmup}: warm-up steps cannot be negative")
+    check_range("--steps", args.steps, low=1)
+    check_range("--warmup", args.warmup, low=0)
     child = [interpreter, "-m", "accelport.verify.profile", "--trace", str(trace), "--warmup", str(args.warmup)]
     if args.steps:
         child += ["--steps", str(args.steps)]
@@ -77,6 +75,8 @@ def run_profile(args: argparse.Namespace) -> int:
 def run_diff(args: argparse.Namespace) -> int:
     from accelport.verify import profile
 
+    check_range("--top", args.top, low=0)
+    check_range("--fail-above", args.fail_above, low=0, low_open=True)
     result = profile.diff_traces(args.base, args.test, args.steps_used)
     limit = None if args.top == 0 else args.top
     if args.format == "json":

@@ -345,6 +345,15 @@ def _memory_snapshot(directory: Path | None) -> str | None:
         return None
 
 
+def _check_length(steps: int | None, duration_s: float | None) -> None:
+    if steps is None and duration_s is None:
+        raise UserError("soak needs --steps or --duration")
+    if steps is not None and steps < 1:
+        raise UserError(f"--steps {steps}: must be 1 <= steps")
+    if duration_s is not None and not duration_s > 0:
+        raise UserError(f"--duration {duration_s:g} s: must be positive, e.g. 90s, 30m, 72h")
+
+
 def run(
     step_fn: Callable[[], Any],
     *,
@@ -358,8 +367,7 @@ def run(
     The watchdog breaks a blocked step only where a signal wakes it (sleeps, lock
     waits, I/O); a hang inside native code needs the command mode (`run_command`).
     """
-    if steps is None and duration_s is None:
-        raise UserError("soak needs --steps or --duration")
+    _check_length(steps, duration_s)
     limits = limits or SoakLimits()
     torch = sys.modules.get("torch")
     if snapshot_dir is not None and torch is not None and torch.cuda.is_available():
@@ -460,8 +468,7 @@ def run_command(
     makes Python (PYTHONFAULTHANDLER=1) print every thread's stack.
     """
     command = bench.check_command(command)
-    if steps is None and duration_s is None:
-        raise UserError("soak needs --steps or --duration")
+    _check_length(steps, duration_s)
     limits = limits or SoakLimits()
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "soak-steps.jsonl"
