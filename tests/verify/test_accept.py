@@ -101,6 +101,22 @@ def test_slow_test_machine_fails_with_exit_1_and_a_junit_failure(cli, tmp_path):
     assert failure is not None and "0.400x" in failure.get("message")
 
 
+def test_baseline_of_another_scenario_is_refused_unless_the_spec_allows_it(cli, tmp_path):
+    _inputs(tmp_path)
+    other = bench.load_result(tmp_path / "base.json")
+    other.scenario = "inference"
+    (tmp_path / "base.json").write_text(json.dumps(other.to_dict()))
+    (tmp_path / "spec.toml").write_text(SPEC)
+    refused = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    assert refused.code == 2 and "scenario 'step' vs 'inference'" in refused.err and "base.json" in refused.err
+    (tmp_path / "spec.toml").write_text(SPEC.replace("floor = 0.6", "floor = 0.6\nallow_mismatch = true"))
+    allowed = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    assert allowed.code == 0, allowed.err
+    check = json.loads((tmp_path / "out" / "report.json").read_text())["checks"][0]
+    assert check["figures"]["mismatch"] == ["scenario 'step' vs 'inference'"]
+    assert "compared although the scenarios differ" in check["summary"]
+
+
 def test_numerics_sections_never_pass_when_the_library_is_missing(tmp_path, monkeypatch):
     # The numerics library (compare_dumps, compare_curves) ships separately; without it
     # the checks are errors that fail the verdict, never silent passes.
@@ -125,6 +141,7 @@ def test_numerics_sections_never_pass_when_the_library_is_missing(tmp_path, monk
         ("[[correctness]]\nreference = 'dumps-ref'\ntest = 'dumps-test'\n", "is a single table"),
         ("[[stability]]\nresult = 'soak.json'\nmax = 3\n", "unknown key(s) max"),
         ("[stability\n", "not valid TOML"),
+        ("[[performance]]\nresult = 'test.json'\nbaseline = 'base.json'\nallow_mismatch = 'yes'\n", "allow_mismatch must be true or false"),
         # options reach compare_dumps / compare_curves only once they are known to fit them
         ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { atol = 1e-3 }\n",
          "unknown option(s) atol in options"),

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from accelport.errors import UserError
 from accelport.verify import bench
 
 
@@ -44,8 +45,38 @@ def test_compare_passes_at_the_floor_and_fails_below():
     comparison = bench.compare(slower, baseline)
     assert comparison.ratio == pytest.approx(0.5)
     assert comparison.ci_low <= 0.5 <= comparison.ci_high
-    # Per sample when both sides say how many samples a step holds: a twice larger batch in twice the time is even.
-    assert bench.compare(_result(0.020, samples=64), _result(0.010, samples=32)).ratio == pytest.approx(1.0)
+    # A different batch is a different scenario: refused unless allowed, then compared per sample
+    # (a twice larger batch in twice the time is even) with the difference listed.
+    with pytest.raises(UserError, match=r"different scenarios \(samples per step \(batch\) 64 vs 32\)"):
+        bench.compare(_result(0.020, samples=64), _result(0.010, samples=32))
+    allowed = bench.compare(_result(0.020, samples=64), _result(0.010, samples=32), allow_mismatch=True)
+    assert allowed.ratio == pytest.approx(1.0) and allowed.mismatch == ("samples per step (batch) 64 vs 32",)
+    assert bench.compare(_result(0.010, samples=32), _result(0.010, samples=32)).mismatch == ()
+
+
+@pytest.mark.parametrize(
+    ("change", "difference"),
+    [
+        ({"scenario": "inference"}, "scenario 'inference' vs 's'"),
+        ({"params": {"model": "tinylm-large"}}, "model tinylm-large vs tinylm"),
+        ({"params": {"model": "tinylm", "shape": "8x512"}}, "shape 8x512 vs (unset)"),
+        ({"unit": "run"}, "timed per run vs per step"),
+        ({"tokens_per_step": 4096}, "tokens per step 4096 vs 2048"),
+    ],
+)
+def test_compare_refuses_a_baseline_of_another_scenario(change, difference):
+    baseline = _result(0.010)
+    baseline.params = {"model": "tinylm"}
+    baseline.tokens_per_step = 2048
+    test = _result(0.010)
+    test.params = {"model": "tinylm"}
+    test.tokens_per_step = 2048
+    for key, value in change.items():
+        setattr(test, key, value)
+    assert bench.scenario_differences(test, baseline) == [difference]
+    with pytest.raises(UserError, match="different scenarios") as caught:
+        bench.compare(test, baseline)
+    assert difference in str(caught.value)
 
 
 def test_cli_compares_saved_results_and_rejects_bad_files(cli, tmp_path):
@@ -63,6 +94,20 @@ def test_cli_compares_saved_results_and_rejects_bad_files(cli, tmp_path):
     assert cli("bench").code == 2
 
 
+def test_cli_refuses_a_baseline_of_another_scenario_unless_allowed(cli, tmp_path):
+    base, test = tmp_path / "base.json", tmp_path / "test.json"
+    other = _result(0.010)
+    other.params = {"batch": "64"}
+    base.write_text(json.dumps(_result(0.010).to_dict()))
+    test.write_text(json.dumps(other.to_dict()))
+    refused = cli("bench", "--result", test, "--baseline", base)
+    assert refused.code == 2 and len(refused.err.strip().splitlines()) == 1
+    assert "test.json vs baseline" in refused.err and "base.json" in refused.err and "batch 64 vs (unset)" in refused.err
+    allowed = cli("bench", "--result", test, "--baseline", base, "--allow-mismatch")
+    assert allowed.code == 0 and "compared anyway: batch 64 vs (unset)" in allowed.out
+    assert cli("bench", "--param", "batch", "--", "true").code == 2
+
+
 def test_cli_bench_runs_a_marked_script_and_stops_it_when_done(tmp_path):
     script = tmp_path / "loop.py"
     script.write_text(textwrap.dedent("""
@@ -76,10 +121,12 @@ def test_cli_bench_runs_a_marked_script_and_stops_it_when_done(tmp_path):
     """))
     saved = tmp_path / "r.json"
     done = subprocess.run([sys.executable, "-m", "accelport", "bench", "--warmup", "2", "--min-steps", "5", "--max-steps", "15",
-                           "--save", str(saved), "--", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+                           "--param", "model=loop", "--save", str(saved), "--", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     data = json.loads(saved.read_text())
     assert data["unit"] == "step" and 5 <= data["steps"] <= 15
+    assert data["params"] == {"model": "loop"}
     assert data["samples_per_step"] == 16
     assert "stopped at" in done.stdout  # step() returned False, the loop ended by itself
 

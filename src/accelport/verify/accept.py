@@ -21,6 +21,7 @@ but a spec must have at least one:
     result = "bench/npu.json"
     baseline = "bench/cuda.json"
     floor = 0.6                   # pass at >= 60% of baseline throughput
+    allow_mismatch = false        # optional: compare results of different scenarios anyway
     base_trace = "traces/cuda.json"   # optional: explain the ratio per op
     test_trace = "traces/npu.json"
 
@@ -88,6 +89,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "base_trace": ("path", False),
         "test_trace": ("path", False),
         "top": ("int", False),
+        "allow_mismatch": ("bool", False),
     },
     "stability": {"name": ("str", False), "result": ("path", True)},
     "collectives": {"name": ("str", False), "result": ("path", True), "min_busbw_gbps": ("number", False)},
@@ -181,6 +183,8 @@ def _validate_entry(spec: Path, section: str, index: int, entry: dict[str, Any])
             raise UserError(f"{where}: {key} must be a positive number (got {value!r})")
         if kind == "int" and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise UserError(f"{where}: {key} must be a positive integer (got {value!r})")
+        if kind == "bool" and not isinstance(value, bool):
+            raise UserError(f"{where}: {key} must be true or false (got {value!r})")
         if kind == "table" and not isinstance(value, dict):
             raise UserError(f"{where}: {key} must be a table, e.g. {key} = {_OPTION_EXAMPLE[section]}")
         if kind == "table" and key == "options":
@@ -389,12 +393,14 @@ def check_performance(entry: dict[str, Any]) -> Check:
 
     test = bench.load_result(entry["result"])
     baseline = bench.load_result(entry["baseline"])
-    comparison = bench.compare(test, baseline, floor=float(entry.get("floor", bench.DEFAULT_FLOOR)))
+    comparison = bench.compare(test, baseline, floor=float(entry.get("floor", bench.DEFAULT_FLOOR)),
+                               allow_mismatch=bool(entry.get("allow_mismatch", False)))
     status = "pass" if comparison.passed else "fail"
     summary = (
         f"{comparison.ratio:.3f}x of baseline {comparison.basis} (95% CI {comparison.ci_low:.3f}..{comparison.ci_high:.3f}); "
         f"floor {comparison.floor:.2f}"
         + ("; the floor lies inside the CI" if comparison.floor_within_ci else "")
+        + (f"; compared although the scenarios differ: {'; '.join(comparison.mismatch)}" if comparison.mismatch else "")
     )
     check = Check("performance", entry["name"], status, summary, comparison.to_dict())
     check.html.append(("cards", [
