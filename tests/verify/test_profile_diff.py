@@ -502,3 +502,91 @@ def test_profile_child_without_torch_says_so_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "has no torch" in done.stderr and "Traceback" not in done.stderr
+
+
+# --------------------------------------------------------------------------- why tags on synthetic GPU traces
+
+
+def _gpu_trace(ops: list[dict], steps: int = 2, step_len: float = 1000.0) -> dict:
+    """A Kineto trace of `steps` identical steps; each op (module model.fc) launches its kernels.
+
+    An op is {"name", "at", "dur", "kernels": [(kernel name, at, dur, stream)]}, times in
+    microseconds from the step's start; every kernel gets a launch inside its op and a correlation id.
+    """
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+    ]
+    corr = 1
+    for step in range(steps):
+        t = 1000.0 + step * (step_len + 500.0)
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": t, "dur": step_len})
+        events.append({"ph": "X", "cat": "user_annotation", "name": "accelport.module: model.fc", "pid": 1, "tid": 1,
+                       "ts": t + 1, "dur": step_len - 2})
+        for op in ops:
+            events.append({"ph": "X", "cat": "cpu_op", "name": op["name"], "pid": 1, "tid": 1, "ts": t + op["at"], "dur": op["dur"],
+                           "args": {"External id": corr, "Input Dims": [[8, 64]]}})
+            for k, (kernel, at, dur, stream) in enumerate(op.get("kernels", ())):
+                launch_at = t + op["at"] + min(1.0 + k, op["dur"] - 1.0)
+                events += [
+                    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": launch_at, "dur": 0.5,
+                     "args": {"correlation": corr}},
+                    {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": stream, "ts": t + at, "dur": dur,
+                     "args": {"correlation": corr, "stream": stream, "device": 0}},
+                ]
+                corr += 1
+            corr += 1
+    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100"}], "traceEvents": events}
+
+
+def _tags(tmp_path, base_ops: list[dict], test_ops: list[dict], op: str) -> tuple[str, ...]:
+    base, test = tmp_path / "base.json", tmp_path / "test.json"
+    base.write_text(json.dumps(_gpu_trace(base_ops)))
+    test.write_text(json.dumps(_gpu_trace(test_ops)))
+    result = profile.diff_traces(base, test)
+    assert abs(sum(r.delta for r in result.rows) - result.total_delta) <= 1e-6 * max(1.0, abs(result.total_delta))
+    return next(r for r in result.rows if (r.module, r.op) == ("model.fc", op)).why
+
+
+def _mm(at: float = 600.0) -> dict:
+    # An unchanged neighbour, so the step holds more than the op under test.
+    return {"name": "aten::mm", "at": at, "dur": 20.0, "kernels": [("sm80_gemm", at + 10, 100.0, 7)]}
+
+
+def test_more_kernels_per_call_is_tagged_and_one_longer_kernel_is_not(tmp_path):
+    base = [{"name": "aten::softmax", "at": 10.0, "dur": 20.0, "kernels": [("softmax_fused", 30.0, 100.0, 7)]}, _mm()]
+    # The test side splits the op into three kernels: 3 per call instead of 1.
+    split = [{"name": "aten::softmax", "at": 10.0, "dur": 20.0,
+              "kernels": [("reduce_max", 30.0, 40.0, 7), ("exp_sub", 75.0, 40.0, 7), ("reduce_sum", 120.0, 40.0, 7)]}, _mm()]
+    assert "more-kernels" in _tags(tmp_path, base, split, "aten::softmax")
+    # Near miss: as slow, but still one kernel per call.
+    longer = [{"name": "aten::softmax", "at": 10.0, "dur": 20.0, "kernels": [("softmax_fused", 30.0, 160.0, 7)]}, _mm()]
+    tags = _tags(tmp_path, base, longer, "aten::softmax")
+    assert "more-kernels" not in tags and "slower-kernels" in tags
+
+
+def test_host_bound_op_is_tagged_and_a_device_bound_slowdown_is_not(tmp_path):
+    base = [{"name": "aten::index", "at": 10.0, "dur": 20.0, "kernels": [("index_kernel", 35.0, 100.0, 7)]}, _mm()]
+    # The test side spends 300 us on the host before its (short) kernel: the device waits.
+    host = [{"name": "aten::index", "at": 10.0, "dur": 300.0, "kernels": [("index_kernel", 312.0, 30.0, 7)]}, _mm()]
+    tags = _tags(tmp_path, base, host, "aten::index")
+    assert "host-bound" in tags
+    # Near miss: the host part grows too (20 -> 80 us), but most of the slowdown is on the device.
+    device = [{"name": "aten::index", "at": 10.0, "dur": 80.0, "kernels": [("index_kernel", 92.0, 300.0, 7)]}, _mm(at=650.0)]
+    tags = _tags(tmp_path, base, device, "aten::index")
+    assert "host-bound" not in tags and "slower-kernels" in tags
+
+
+def test_unoverlapped_communication_is_tagged_and_overlapped_is_not(tmp_path):
+    compute = {"name": "aten::mm", "at": 10.0, "dur": 20.0, "kernels": [("sm80_gemm", 30.0, 200.0, 7)]}
+    # Base: the all-reduce runs on its own stream under the GEMM.
+    overlapped = {"name": "c10d::allreduce_", "at": 40.0, "dur": 10.0,
+                  "kernels": [("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 50.0, 150.0, 20)]}
+    # Test: the same all-reduce waits for the GEMM to finish, so nothing hides it.
+    exposed = {"name": "c10d::allreduce_", "at": 40.0, "dur": 10.0,
+               "kernels": [("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 240.0, 150.0, 20)]}
+    assert "exposed-comm" in _tags(tmp_path, [compute, overlapped], [compute, exposed], "c10d::allreduce_")
+    # Near miss: overlapped on both sides (a few us later), no tag.
+    later = {"name": "c10d::allreduce_", "at": 40.0, "dur": 10.0,
+             "kernels": [("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 55.0, 150.0, 20)]}
+    assert "exposed-comm" not in _tags(tmp_path, [compute, overlapped], [compute, later], "c10d::allreduce_")
