@@ -117,6 +117,20 @@ def test_baseline_of_another_scenario_is_refused_unless_the_spec_allows_it(cli, 
     assert "compared although the scenarios differ" in check["summary"]
 
 
+def test_a_result_that_stopped_on_its_budget_is_flagged_in_the_verdict(cli, tmp_path):
+    _inputs(tmp_path)
+    planted = bench.load_result(tmp_path / "test.json")
+    planted.stop_reason = "budget"  # measuring ran out of time before the CI converged
+    (tmp_path / "test.json").write_text(json.dumps(planted.to_dict()))
+    (tmp_path / "spec.toml").write_text(SPEC)
+    done = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    check = json.loads((tmp_path / "out" / "report.json").read_text())["checks"][0]
+    assert check["figures"]["stop_reason"] == {"test": "budget", "baseline": "converged"}
+    assert "the test stopped on budget before its CI reached the target width" in check["summary"]
+    assert "baseline stopped" not in check["summary"]
+    assert done.code == 0  # flagged, not failed: the ratio still clears the floor
+
+
 def test_numerics_sections_never_pass_when_the_library_is_missing(tmp_path, monkeypatch):
     # The numerics library (compare_dumps, compare_curves) ships separately; without it
     # the checks are errors that fail the verdict, never silent passes.

@@ -154,3 +154,45 @@ def test_cli_bench_out_of_range_options_are_one_line_usage_errors(cli, tmp_path,
     assert done.code == 2, done.out + done.err
     assert message.format(tmp=tmp_path) in done.err and len(done.err.strip().splitlines()) == 1, done.err
     assert not marker.exists()  # refused before the command ran
+
+
+# --------------------------------------------------------------------------- when measuring stops
+
+
+def test_stop_rule_converges_on_steady_steps_and_not_on_planted_noise():
+    rule = bench.StopRule(warmup=0, min_steps=10, max_steps=200, budget_s=1e9, target_ci=0.05)
+    steady = [0.010 * (1 + 0.002 * ((i * 7) % 5 - 2)) for i in range(10)]
+    assert rule.reason(steady, elapsed_s=0.0) == "converged"
+    # Planted: steps alternate between 5 and 15 ms; the median's CI never gets 5% narrow.
+    noisy = [0.005 if i % 2 else 0.015 for i in range(199)]
+    assert all(rule.reason(noisy[:n], elapsed_s=0.0) is None for n in range(10, 200))
+    assert rule.reason([*noisy, 0.005], elapsed_s=0.0) == "max-steps"
+
+
+def test_stop_rule_ends_on_the_time_budget_before_convergence_or_max_steps():
+    rule = bench.StopRule(warmup=0, min_steps=10, max_steps=1000, budget_s=5.0, target_ci=0.05)
+    noisy = [0.005 if i % 2 else 0.015 for i in range(50)]
+    assert rule.reason(noisy, elapsed_s=4.9) is None
+    assert rule.reason(noisy, elapsed_s=5.0) == "budget"
+    # A real run: steps that never converge (planted noise) stop on the budget, far below max_steps.
+    count = [0]
+
+    def noisy_step():
+        count[0] += 1
+        time.sleep(0.001 if count[0] % 2 else 0.02)
+
+    result = bench.run(noisy_step, rule=bench.StopRule(warmup=1, min_steps=5, max_steps=100_000, budget_s=0.5, target_ci=0.001))
+    assert result.stop_reason == "budget" and not result.converged
+    assert 5 <= len(result.times_s) < 100_000
+    assert result.to_dict()["converged"] is False
+
+
+def test_cli_notes_a_result_that_did_not_converge(cli, tmp_path):
+    unconverged = _result(0.010)
+    unconverged.stop_reason = "budget"
+    (tmp_path / "r.json").write_text(json.dumps(unconverged.to_dict()))
+    done = cli("bench", "--result", tmp_path / "r.json")
+    assert done.code == 0 and "stop: budget" in done.out and "the CI did not reach the target width" in done.out
+    (tmp_path / "c.json").write_text(json.dumps(_result(0.010).to_dict()))
+    converged = cli("bench", "--result", tmp_path / "c.json")
+    assert converged.code == 0 and "did not reach" not in converged.out
