@@ -129,6 +129,11 @@ def test_a_result_that_stopped_on_its_budget_is_flagged_in_the_verdict(cli, tmp_
     assert "the test stopped on budget before its CI reached the target width" in check["summary"]
     assert "baseline stopped" not in check["summary"]
     assert done.code == 0  # flagged, not failed: the ratio still clears the floor
+    for reason, flagged in (("max-steps", True), ("process-ended", True), ("4 alternating rounds", False)):
+        planted.stop_reason = reason
+        (tmp_path / "test.json").write_text(json.dumps(planted.to_dict()))
+        check = accept.evaluate(accept.load_spec(tmp_path / "spec.toml")).checks[0]
+        assert ("the test stopped on" in check.summary) is flagged, (reason, check.summary)
 
 
 def test_numerics_sections_never_pass_when_the_library_is_missing(tmp_path, monkeypatch):

@@ -402,7 +402,7 @@ def check_performance(entry: dict[str, Any]) -> Check:
         + ("; the floor lies inside the CI" if comparison.floor_within_ci else "")
         + (f"; compared although the scenarios differ: {'; '.join(comparison.mismatch)}" if comparison.mismatch else "")
         + "".join(f"; the {side} stopped on {result.stop_reason} before its CI reached the target width"
-                  for side, result in (("test", test), ("baseline", baseline)) if not result.converged)
+                  for side, result in (("test", test), ("baseline", baseline)) if result.stop_reason in bench.UNCONVERGED)
     )
     check = Check("performance", entry["name"], status, summary, comparison.to_dict())
     check.figures["stop_reason"] = {"test": test.stop_reason, "baseline": baseline.stop_reason}

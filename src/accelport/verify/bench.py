@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 ENV_LOG = "ACCELPORT_STEP_LOG"  # JSONL file the marker appends one line per step to
 ENV_CONTROL = "ACCELPORT_STEP_CONTROL"  # JSON: when step() should start returning False
 RESULT_KIND = "accelport.bench"
+# Stop reasons of StopRule (and run_command) that mean the CI never got as narrow as asked.
+UNCONVERGED = ("max-steps", "budget", "process-ended")
 DEFAULT_FLOOR = 0.6  # a migration "passes" at 60% of the baseline throughput unless the scenario says otherwise
 
 # --------------------------------------------------------------------------- the step marker
