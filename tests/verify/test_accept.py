@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from accelport.errors import UserError
 from accelport.verify import accept, bench, comm, soak
 
 CHROMIUM = "/usr/bin/chromium"
@@ -44,8 +45,8 @@ def _inputs(folder: Path, test_median: float = 0.012) -> None:
     (folder / "comm.json").write_text(json.dumps(comm.CommResult(2, "gloo", "cpu", rows).to_dict()))
     (folder / "dumps-ref").mkdir(exist_ok=True)
     (folder / "dumps-test").mkdir(exist_ok=True)
-    (folder / "curve-ref.csv").write_text("step,loss\n0,1.0\n")
-    (folder / "curve-test.csv").write_text("step,loss\n0,1.0\n")
+    (folder / "curve-ref.csv").write_text("step,loss\n" + "".join(f"{s},{2.0 / (s + 1):.6f}\n" for s in range(12)))
+    (folder / "curve-test.csv").write_text("step,loss\n" + "".join(f"{s},{2.002 / (s + 1):.6f}\n" for s in range(12)))
 
 
 SPEC = """
@@ -68,7 +69,7 @@ NUMERICS = """
 [correctness]
 reference = "dumps-ref"
 test = "dumps-test"
-options = { atol = 1e-3 }
+options = { tolerances = { float32 = [1e-3, 1e-3] }, criterion = "max" }
 
 [precision]
 reference = "curve-ref.csv"
@@ -100,6 +101,41 @@ def test_slow_test_machine_fails_with_exit_1_and_a_junit_failure(cli, tmp_path):
     assert failure is not None and "0.400x" in failure.get("message")
 
 
+def test_baseline_of_another_scenario_is_refused_unless_the_spec_allows_it(cli, tmp_path):
+    _inputs(tmp_path)
+    other = bench.load_result(tmp_path / "base.json")
+    other.scenario = "inference"
+    (tmp_path / "base.json").write_text(json.dumps(other.to_dict()))
+    (tmp_path / "spec.toml").write_text(SPEC)
+    refused = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    assert refused.code == 2 and "scenario 'step' vs 'inference'" in refused.err and "base.json" in refused.err
+    (tmp_path / "spec.toml").write_text(SPEC.replace("floor = 0.6", "floor = 0.6\nallow_mismatch = true"))
+    allowed = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    assert allowed.code == 0, allowed.err
+    check = json.loads((tmp_path / "out" / "report.json").read_text())["checks"][0]
+    assert check["figures"]["mismatch"] == ["scenario 'step' vs 'inference'"]
+    assert "compared although the scenarios differ" in check["summary"]
+
+
+def test_a_result_that_stopped_on_its_budget_is_flagged_in_the_verdict(cli, tmp_path):
+    _inputs(tmp_path)
+    planted = bench.load_result(tmp_path / "test.json")
+    planted.stop_reason = "budget"  # measuring ran out of time before the CI converged
+    (tmp_path / "test.json").write_text(json.dumps(planted.to_dict()))
+    (tmp_path / "spec.toml").write_text(SPEC)
+    done = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    check = json.loads((tmp_path / "out" / "report.json").read_text())["checks"][0]
+    assert check["figures"]["stop_reason"] == {"test": "budget", "baseline": "converged"}
+    assert "the test stopped on budget before its CI reached the target width" in check["summary"]
+    assert "baseline stopped" not in check["summary"]
+    assert done.code == 0  # flagged, not failed: the ratio still clears the floor
+    for reason, flagged in (("max-steps", True), ("process-ended", True), ("4 alternating rounds", False)):
+        planted.stop_reason = reason
+        (tmp_path / "test.json").write_text(json.dumps(planted.to_dict()))
+        check = accept.evaluate(accept.load_spec(tmp_path / "spec.toml")).checks[0]
+        assert ("the test stopped on" in check.summary) is flagged, (reason, check.summary)
+
+
 def test_numerics_sections_never_pass_when_the_library_is_missing(tmp_path, monkeypatch):
     # The numerics library (compare_dumps, compare_curves) ships separately; without it
     # the checks are errors that fail the verdict, never silent passes.
@@ -124,6 +160,29 @@ def test_numerics_sections_never_pass_when_the_library_is_missing(tmp_path, monk
         ("[[correctness]]\nreference = 'dumps-ref'\ntest = 'dumps-test'\n", "is a single table"),
         ("[[stability]]\nresult = 'soak.json'\nmax = 3\n", "unknown key(s) max"),
         ("[stability\n", "not valid TOML"),
+        ("[[performance]]\nresult = 'test.json'\nbaseline = 'base.json'\nallow_mismatch = 'yes'\n", "allow_mismatch must be true or false"),
+        # options reach compare_dumps / compare_curves only once they are known to fit them
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { atol = 1e-3 }\n",
+         "unknown option(s) atol in options"),
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { top = 'all' }\n",
+         "options.top must be a positive integer"),
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { criterion = 'loose' }\n",
+         "options.criterion must be one of norm, max, elementwise"),
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { tolerances = { float32 = 1e-3 } }\n",
+         "options.tolerances.float32 must be [RTOL, ATOL]"),
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { tolerances = { fp8 = [0, 0] } }\n",
+         "options.tolerances has unknown dtype 'fp8'"),
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = { mapping = 'map.toml' }\n",
+         "options.mapping = 'map.toml' does not exist"),
+        ("[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\noptions = 3\n", "options must be a table"),
+        ("[precision]\nreference = 'curve-ref.csv'\ntests = ['curve-test.csv']\noptions = { smooth = 1.0 }\n",
+         "options.smooth must be a number with 0 <= x < 1"),
+        ("[precision]\nreference = 'curve-ref.csv'\ntests = ['curve-test.csv']\noptions = { metrics = 'loss' }\n",
+         "options.metrics must be a non-empty list of names"),
+        ("[precision]\nreference = 'curve-ref.csv'\ntests = ['curve-test.csv']\noptions = { per_step = 1 }\n",
+         "options.per_step must be true or false"),
+        ("[precision]\nreference = 'curve-ref.csv'\ntests = ['curve-test.csv']\noptions = { tolerances = { loss = -1 } }\n",
+         "options.tolerances must be a table of positive numbers"),
     ],
 )
 def test_invalid_specs_are_usage_errors_naming_the_file(cli, tmp_path, text, message):
@@ -133,6 +192,83 @@ def test_invalid_specs_are_usage_errors_naming_the_file(cli, tmp_path, text, mes
     assert done.code == 2
     assert "spec.toml" in done.err and message in done.err
     assert not (tmp_path / "out" / "report.html").exists()
+    assert "Traceback" not in done.err and len(done.err.strip().splitlines()) == 1
+
+
+def _drop(data: dict, dotted: str) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        data = data[int(part)] if isinstance(data, list) else data[part]
+    del data[last]
+
+
+def _set(data: dict, dotted: str, value) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        data = data[int(part)] if isinstance(data, list) else data[part]
+    data[last] = value
+
+
+@pytest.mark.parametrize(
+    ("saved", "change", "message"),
+    [
+        ("soak.json", ("drop", "steps"), "soak result has no 'steps'"),
+        ("soak.json", ("drop", "failures"), "soak result has no 'failures'"),
+        ("soak.json", ("drop", "samples"), "soak result has no 'samples'"),
+        ("soak.json", ("drop", "samples.3.step"), "soak result has no 'samples[3].step'"),
+        ("soak.json", ("set", "samples.2.dt", "fast"), "'samples[2].dt' must be a number or null"),
+        ("soak.json", ("set", "samples", {}), "'samples' must be a list"),
+        ("soak.json", ("drop", "slopes.rss.low"), "soak result has no 'slopes.rss.low'"),
+        ("soak.json", ("set", "duration_s", None), "'duration_s' must be a number"),
+        ("soak.json", ("set", "hang", {"stacks": 3}), "'hang.stacks' must be a string"),
+        ("comm.json", ("drop", "ranks"), "comm result has no 'ranks'"),
+        ("comm.json", ("drop", "rows.1.busbw"), "comm result has no 'rows[1].busbw'"),
+        ("comm.json", ("set", "rows.0.size", 0), "'rows[0].size' must be positive"),
+        ("comm.json", ("set", "rows.0.wrong", "none"), "'rows[0].wrong' must be an integer"),
+        ("comm.json", ("set", "errors", "none"), "'errors' must be a list of strings"),
+        ("comm.json", ("set", "verdict", "ok"), "'verdict' must be \"pass\" or \"fail\""),
+    ],
+)
+def test_incomplete_saved_results_are_usage_errors_naming_file_and_key(cli, tmp_path, saved, change, message):
+    _inputs(tmp_path)
+    data = json.loads((tmp_path / saved).read_text())
+    if saved == "soak.json":
+        assert "rss" in data["slopes"]  # the slope one case takes a key from
+    if change[0] == "drop":
+        _drop(data, change[1])
+    else:
+        _set(data, change[1], change[2])
+    (tmp_path / saved).write_text(json.dumps(data))
+    (tmp_path / "spec.toml").write_text(SPEC)
+    done = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    assert done.code == 2, done.out + done.err
+    assert saved in done.err and message in done.err, done.err
+    assert "Traceback" not in done.err and len(done.err.strip().splitlines()) == 1
+    with pytest.raises(UserError, match="re-run `accelport"):
+        (soak if saved == "soak.json" else comm).load_result(tmp_path / saved)
+
+
+def test_complete_saved_results_load(tmp_path):
+    _inputs(tmp_path)
+    assert soak.load_result(tmp_path / "soak.json")["steps"] == 30
+    assert len(comm.load_result(tmp_path / "comm.json")["rows"]) == 2 * len(comm.COLLECTIVES)
+
+
+def test_valid_options_are_kept_with_their_paths_resolved(tmp_path):
+    _inputs(tmp_path)
+    (tmp_path / "map.toml").write_text("")
+    (tmp_path / "seed.csv").write_text("step,loss\n0,1.0\n")
+    (tmp_path / "spec.toml").write_text(
+        "[correctness]\nreference = 'dumps-ref'\ntest = 'dumps-test'\n"
+        "options = { mapping = 'map.toml', tolerances = { float32 = [1e-3, 2e-3] }, replay = 'none', top = 5 }\n"
+        "[precision]\nreference = 'curve-ref.csv'\ntests = ['curve-test.csv']\n"
+        "options = { seeds = ['seed.csv'], metrics = ['loss'], tolerance = 0.02, smooth = 0.5, per_step = true }\n")
+    spec = accept.load_spec(tmp_path / "spec.toml")
+    correctness = spec.sections["correctness"][0]["options"]
+    assert correctness == {"mapping": (tmp_path / "map.toml").resolve(), "tolerances": {"float32": (1e-3, 2e-3)},
+                           "replay": "none", "top": 5}
+    precision = spec.sections["precision"][0]["options"]
+    assert precision["seeds"] == [(tmp_path / "seed.csv").resolve()] and precision["smooth"] == 0.5
 
 
 # --------------------------------------------------------------------------- headless Chromium over CDP
@@ -291,11 +427,23 @@ def _stop_session(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def test_precision_section_plots_the_curves_inline(tmp_path):
+    _inputs(tmp_path)
+    (tmp_path / "spec.toml").write_text("[precision]\nreference = 'curve-ref.csv'\ntests = ['curve-test.csv']\n")
+    report = accept.evaluate(accept.load_spec(tmp_path / "spec.toml"))
+    assert [c.status for c in report.checks] == ["pass"], report.checks[0].summary
+    html = accept.render_html(report)
+    section = html[html.index('<section id="precision"'):]
+    section = section[: section.index("</section>")]
+    assert section.count("<svg") == 1 and section.count("<polyline") == 2  # one line per run
+    assert "REF curve-ref.csv" in section and "TEST curve-test.csv" in section
+    assert "src=" not in section and "href=" not in section  # inline, nothing fetched
+
+
 def test_acceptance_report_renders_every_section_without_console_errors(chromium, tmp_path, monkeypatch):
-    # The numerics sections render as "could not run" here (their inputs are placeholders),
-    # whether or not the numerics library is installed.
+    # Correctness renders as "could not run" here (its dump folders are placeholders), whether
+    # or not the numerics library is installed; precision runs on real curve files and plots them.
     monkeypatch.setitem(sys.modules, "accelport.verify.compare", None)
-    monkeypatch.setitem(sys.modules, "accelport.verify.curves", None)
     _inputs(tmp_path)
     (tmp_path / "spec.toml").write_text(SPEC + NUMERICS)
     report = accept.evaluate(accept.load_spec(tmp_path / "spec.toml"))
@@ -306,7 +454,7 @@ def test_acceptance_report_renders_every_section_without_console_errors(chromium
     assert set(sections) == {"summary", "correctness", "precision", "performance", "stability", "collectives"}
     for section in sections.values():
         assert section["height"] > 50 and section["text"] > 40, section
-    for plotted in ("performance", "stability", "collectives"):
+    for plotted in ("precision", "performance", "stability", "collectives"):
         assert sections[plotted]["svgs"] >= 1, sections[plotted]
     assert sections["summary"]["rows"] == 1 + len(report.checks)
 

@@ -19,8 +19,10 @@ def _spec_file(folder: Path, test_dump: str, test_curve: str) -> Path:
     spec = folder / "spec.toml"
     spec.write_text(
         'title = "numerics"\n\n'
-        f'[correctness]\nreference = "ref"\ntest = "{test_dump}"\n\n'
+        f'[correctness]\nreference = "ref"\ntest = "{test_dump}"\n'
+        'options = { tolerances = { float32 = [1e-3, 1e-3] }, criterion = "norm", top = 10 }\n\n'
         f'[precision]\nreference = "ref.csv"\ntests = ["{test_curve}"]\n'
+        'options = { metrics = ["loss"], tolerance = 0.01 }\n'
     )
     return spec
 

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from accelport.errors import UserError
 from accelport.verify import bench
 
 
@@ -44,8 +45,38 @@ def test_compare_passes_at_the_floor_and_fails_below():
     comparison = bench.compare(slower, baseline)
     assert comparison.ratio == pytest.approx(0.5)
     assert comparison.ci_low <= 0.5 <= comparison.ci_high
-    # Per sample when both sides say how many samples a step holds: a twice larger batch in twice the time is even.
-    assert bench.compare(_result(0.020, samples=64), _result(0.010, samples=32)).ratio == pytest.approx(1.0)
+    # A different batch is a different scenario: refused unless allowed, then compared per sample
+    # (a twice larger batch in twice the time is even) with the difference listed.
+    with pytest.raises(UserError, match=r"different scenarios \(samples per step \(batch\) 64 vs 32\)"):
+        bench.compare(_result(0.020, samples=64), _result(0.010, samples=32))
+    allowed = bench.compare(_result(0.020, samples=64), _result(0.010, samples=32), allow_mismatch=True)
+    assert allowed.ratio == pytest.approx(1.0) and allowed.mismatch == ("samples per step (batch) 64 vs 32",)
+    assert bench.compare(_result(0.010, samples=32), _result(0.010, samples=32)).mismatch == ()
+
+
+@pytest.mark.parametrize(
+    ("change", "difference"),
+    [
+        ({"scenario": "inference"}, "scenario 'inference' vs 's'"),
+        ({"params": {"model": "tinylm-large"}}, "model tinylm-large vs tinylm"),
+        ({"params": {"model": "tinylm", "shape": "8x512"}}, "shape 8x512 vs (unset)"),
+        ({"unit": "run"}, "timed per run vs per step"),
+        ({"tokens_per_step": 4096}, "tokens per step 4096 vs 2048"),
+    ],
+)
+def test_compare_refuses_a_baseline_of_another_scenario(change, difference):
+    baseline = _result(0.010)
+    baseline.params = {"model": "tinylm"}
+    baseline.tokens_per_step = 2048
+    test = _result(0.010)
+    test.params = {"model": "tinylm"}
+    test.tokens_per_step = 2048
+    for key, value in change.items():
+        setattr(test, key, value)
+    assert bench.scenario_differences(test, baseline) == [difference]
+    with pytest.raises(UserError, match="different scenarios") as caught:
+        bench.compare(test, baseline)
+    assert difference in str(caught.value)
 
 
 def test_cli_compares_saved_results_and_rejects_bad_files(cli, tmp_path):
@@ -63,6 +94,20 @@ def test_cli_compares_saved_results_and_rejects_bad_files(cli, tmp_path):
     assert cli("bench").code == 2
 
 
+def test_cli_refuses_a_baseline_of_another_scenario_unless_allowed(cli, tmp_path):
+    base, test = tmp_path / "base.json", tmp_path / "test.json"
+    other = _result(0.010)
+    other.params = {"batch": "64"}
+    base.write_text(json.dumps(_result(0.010).to_dict()))
+    test.write_text(json.dumps(other.to_dict()))
+    refused = cli("bench", "--result", test, "--baseline", base)
+    assert refused.code == 2 and len(refused.err.strip().splitlines()) == 1
+    assert "test.json vs baseline" in refused.err and "base.json" in refused.err and "batch 64 vs (unset)" in refused.err
+    allowed = cli("bench", "--result", test, "--baseline", base, "--allow-mismatch")
+    assert allowed.code == 0 and "compared anyway: batch 64 vs (unset)" in allowed.out
+    assert cli("bench", "--param", "batch", "--", "true").code == 2
+
+
 def test_cli_bench_runs_a_marked_script_and_stops_it_when_done(tmp_path):
     script = tmp_path / "loop.py"
     script.write_text(textwrap.dedent("""
@@ -76,9 +121,78 @@ def test_cli_bench_runs_a_marked_script_and_stops_it_when_done(tmp_path):
     """))
     saved = tmp_path / "r.json"
     done = subprocess.run([sys.executable, "-m", "accelport", "bench", "--warmup", "2", "--min-steps", "5", "--max-steps", "15",
-                           "--save", str(saved), "--", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+                           "--param", "model=loop", "--save", str(saved), "--", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     data = json.loads(saved.read_text())
     assert data["unit"] == "step" and 5 <= data["steps"] <= 15
+    assert data["params"] == {"model": "loop"}
     assert data["samples_per_step"] == 16
     assert "stopped at" in done.stdout  # step() returned False, the loop ended by itself
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--warmup", "-1"], "--warmup -1: must be 0 <= warmup"),
+        (["--min-steps", "0"], "--min-steps 0: must be 1 <= min-steps"),
+        (["--max-steps", "0"], "--max-steps 0: must be 1 <= max-steps"),
+        (["--budget", "0"], "--budget 0: must be 0 < budget"),
+        (["--ci", "0"], "--ci 0: must be 0 < ci < 1"),
+        (["--ci", "5"], "--ci 5: must be 0 < ci < 1"),
+        (["--samples-per-step", "-8"], "--samples-per-step -8: must be 0 < samples-per-step"),
+        (["--tokens-per-step", "0"], "--tokens-per-step 0: must be 0 < tokens-per-step"),
+        (["--floor", "0"], "--floor 0: must be 0 < floor"),
+        (["--save", "{tmp}/missing/r.json"], "folder {tmp}/missing does not exist"),
+        (["--save", "{tmp}"], "is a directory"),
+    ],
+)
+def test_cli_bench_out_of_range_options_are_one_line_usage_errors(cli, tmp_path, arguments, message):
+    marker = tmp_path / "ran"
+    arguments = [a.format(tmp=tmp_path) for a in arguments]
+    done = cli("bench", *arguments, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+    assert done.code == 2, done.out + done.err
+    assert message.format(tmp=tmp_path) in done.err and len(done.err.strip().splitlines()) == 1, done.err
+    assert not marker.exists()  # refused before the command ran
+
+
+# --------------------------------------------------------------------------- when measuring stops
+
+
+def test_stop_rule_converges_on_steady_steps_and_not_on_planted_noise():
+    rule = bench.StopRule(warmup=0, min_steps=10, max_steps=200, budget_s=1e9, target_ci=0.05)
+    steady = [0.010 * (1 + 0.002 * ((i * 7) % 5 - 2)) for i in range(10)]
+    assert rule.reason(steady, elapsed_s=0.0) == "converged"
+    # Planted: steps alternate between 5 and 15 ms; the median's CI never gets 5% narrow.
+    noisy = [0.005 if i % 2 else 0.015 for i in range(199)]
+    assert all(rule.reason(noisy[:n], elapsed_s=0.0) is None for n in range(10, 200))
+    assert rule.reason([*noisy, 0.005], elapsed_s=0.0) == "max-steps"
+
+
+def test_stop_rule_ends_on_the_time_budget_before_convergence_or_max_steps():
+    rule = bench.StopRule(warmup=0, min_steps=10, max_steps=1000, budget_s=5.0, target_ci=0.05)
+    noisy = [0.005 if i % 2 else 0.015 for i in range(50)]
+    assert rule.reason(noisy, elapsed_s=4.9) is None
+    assert rule.reason(noisy, elapsed_s=5.0) == "budget"
+    # A real run: steps that never converge (planted noise) stop on the budget, far below max_steps.
+    count = [0]
+
+    def noisy_step():
+        count[0] += 1
+        time.sleep(0.001 if count[0] % 2 else 0.02)
+
+    result = bench.run(noisy_step, rule=bench.StopRule(warmup=1, min_steps=5, max_steps=100_000, budget_s=0.5, target_ci=0.001))
+    assert result.stop_reason == "budget" and not result.converged
+    assert 5 <= len(result.times_s) < 100_000
+    assert result.to_dict()["converged"] is False
+
+
+def test_cli_notes_a_result_that_did_not_converge(cli, tmp_path):
+    unconverged = _result(0.010)
+    unconverged.stop_reason = "budget"
+    (tmp_path / "r.json").write_text(json.dumps(unconverged.to_dict()))
+    done = cli("bench", "--result", tmp_path / "r.json")
+    assert done.code == 0 and "stop: budget" in done.out and "the CI did not reach the target width" in done.out
+    (tmp_path / "c.json").write_text(json.dumps(_result(0.010).to_dict()))
+    converged = cli("bench", "--result", tmp_path / "c.json")
+    assert converged.code == 0 and "did not reach" not in converged.out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import gzip
+import importlib.util
 import json
 import subprocess
 import sys
@@ -11,15 +12,26 @@ import textwrap
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="profile-diff's capture tests need torch (pip install 'accelport[torch]')")
+from accelport.errors import UserError
+from accelport.verify import profile, trace
 
-from accelport.errors import UserError  # noqa: E402
-from accelport.verify import profile, trace  # noqa: E402
+try:
+    import torch
+except ImportError:  # only the capture tests need it; synthetic traces and CLI checks run without
+    torch = None
+
+# Capturing real traces needs torch; reading any trace needs the torch extra's numpy and msgspec.
+needs_torch = pytest.mark.skipif(torch is None, reason="captures a real trace: needs torch (pip install 'accelport[torch]')")
+needs_trace_reader = pytest.mark.skipif(
+    importlib.util.find_spec("numpy") is None or importlib.util.find_spec("msgspec") is None,
+    reason="the trace reader needs numpy and msgspec (pip install 'accelport[torch]')",
+)
 
 HIDDEN = 512  # the planted [1024, 512] x [512, 512] matmul costs 8x fc1 or fc2
+_Module = torch.nn.Module if torch is not None else object
 
 
-class Mlp(torch.nn.Module):
+class Mlp(_Module):
     def __init__(self, planted: bool) -> None:
         super().__init__()
         self.fc1 = torch.nn.Linear(64, HIDDEN)
@@ -34,7 +46,7 @@ class Mlp(torch.nn.Module):
         return self.fc2(h)
 
 
-class Net(torch.nn.Module):
+class Net(_Module):
     def __init__(self, planted: bool) -> None:
         super().__init__()
         self.embed = torch.nn.Linear(32, 64)
@@ -108,6 +120,8 @@ def _split_by_step_parity(path, even_path, odd_path):
 @pytest.fixture(scope="module")
 def real_traces(tmp_path_factory):
     """(base, test) traces of inference and of training steps; test has the planted matmul."""
+    if torch is None:
+        pytest.skip("captures real traces: needs torch")
     # One intra-op thread: on a shared 2-core machine, OpenMP threads waiting for a busy
     # core make op times jump by 10x and drown any planted difference.
     threads = torch.get_num_threads()
@@ -129,6 +143,7 @@ def _explain(result) -> str:
             f"test {[round(t) for t in result.test.step_times]}; threads {torch.get_num_threads()}\n{rows}")
 
 
+@needs_torch
 def test_planted_matmul_is_the_top_row_with_its_module_and_rows_add_up(real_traces):
     result = profile.diff_traces(*real_traces["inference"])
     top = result.rows[0]
@@ -143,6 +158,7 @@ def test_planted_matmul_is_the_top_row_with_its_module_and_rows_add_up(real_trac
     assert abs(sum(r.delta for r in profile.top_rows(result, 5)) - total) <= 0.01 * abs(total)
 
 
+@needs_torch
 def test_training_step_puts_the_planted_matmul_and_its_backward_on_top_in_its_module(real_traces):
     result = profile.diff_traces(*real_traces["training"])
     # The backward node comes back to the forward op's module through the autograd sequence number.
@@ -154,6 +170,7 @@ def test_training_step_puts_the_planted_matmul_and_its_backward_on_top_in_its_mo
     assert abs(sum(r.delta for r in result.rows) - total) <= 0.01 * abs(total)
 
 
+@needs_torch
 def test_profile_single_trace_rows_cover_the_step(real_traces):
     summary = profile.profile_trace(real_traces["training"][0])
     assert not summary.has_device
@@ -181,6 +198,7 @@ def _preempted_steps_trace() -> list[dict]:
     return events
 
 
+@needs_trace_reader
 @pytest.mark.parametrize(
     ("steps_used", "kept", "total", "times"),
     [
@@ -204,6 +222,7 @@ def test_step_figures_are_averaged_over_the_kept_steps_and_still_add_up(tmp_path
     assert summary.rows[("", "aten::copy_")].calls == pytest.approx(2 / kept * 0.5)
 
 
+@needs_trace_reader
 def test_a_step_holds_the_device_work_launched_in_it_and_not_the_time_between_steps(tmp_path):
     events = []
     for step, (t, kernel_end) in enumerate(((0.0, 150.0), (200.0, 400.0))):
@@ -228,6 +247,7 @@ def test_a_step_holds_the_device_work_launched_in_it_and_not_the_time_between_st
     assert summary.rows[("", profile.IDLE_OP)].time == pytest.approx(10.0)
 
 
+@needs_trace_reader
 def test_a_preempted_base_step_does_not_put_its_op_on_top(tmp_path):
     # The same program on both sides; the base had one step preempted inside aten::add.
     base, test = tmp_path / "base.json", tmp_path / "test.json"
@@ -308,6 +328,7 @@ def kineto_pair(tmp_path):
     return base, test
 
 
+@needs_trace_reader
 def test_op_that_ran_on_the_cpu_is_tagged_fallback(kineto_pair):
     result = profile.diff_traces(*kineto_pair)
     rows = {(r.module, r.op): r for r in result.rows}
@@ -323,6 +344,7 @@ def test_op_that_ran_on_the_cpu_is_tagged_fallback(kineto_pair):
     assert sum(r.delta for r in result.rows) == pytest.approx(result.total_delta)
 
 
+@needs_trace_reader
 def test_torch_npu_trace_view_links_ops_to_tasks_through_flows(tmp_path):
     # torch_npu: string timestamps, no correlation args, device tasks on "Ascend Hardware",
     # async_npu flows from the host op to the task.
@@ -342,6 +364,7 @@ def test_torch_npu_trace_view_links_ops_to_tasks_through_flows(tmp_path):
     assert summary.has_device and summary.device == "Ascend Hardware"
 
 
+@needs_trace_reader
 def test_trace_reader_errors_name_the_file(tmp_path):
     truncated = tmp_path / "cut.json"
     truncated.write_text(json.dumps(_kineto(False), indent=1)[:700])
@@ -355,6 +378,7 @@ def test_trace_reader_errors_name_the_file(tmp_path):
         trace.load_trace(tmp_path / "missing.json")
 
 
+@needs_trace_reader
 def test_streaming_reader_survives_buffer_edges_and_nested_separators(tmp_path, monkeypatch):
     # Small buffers put event boundaries (and "},{" inside args) at every possible cut.
     monkeypatch.setattr(trace, "_CHUNK", 97)
@@ -378,6 +402,7 @@ def test_streaming_reader_survives_buffer_edges_and_nested_separators(tmp_path, 
     assert "[[8, 64], [64, 64]]" in whole.strings
 
 
+@needs_trace_reader
 def test_trace_loader_reads_odd_but_valid_fields_and_names_the_file_on_bad_ones(tmp_path):
     events = [
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": "host", "tid": "main", "ts": "10.5", "dur": 2,
@@ -402,6 +427,7 @@ def test_trace_loader_reads_odd_but_valid_fields_and_names_the_file_on_bad_ones(
         trace.load_trace(bad)
 
 
+@needs_torch
 def test_large_traces_are_read_in_parallel_with_the_same_result(real_traces, monkeypatch):
     one_by_one = profile.diff_traces(*real_traces["training"])
     monkeypatch.setattr(profile, "PARALLEL_BYTES", 0)
@@ -418,6 +444,7 @@ def test_large_traces_are_read_in_parallel_with_the_same_result(real_traces, mon
     assert both.to_dict() == one_by_one.to_dict()
 
 
+@needs_trace_reader
 def test_cli_profile_diff_formats_and_exit_codes(cli, kineto_pair, tmp_path):
     done = cli("profile-diff", *kineto_pair, "--format", "json")
     assert done.code == 0, done.err
@@ -439,6 +466,16 @@ def test_cli_profile_diff_formats_and_exit_codes(cli, kineto_pair, tmp_path):
     assert missing.code == 2 and "nope.json" in missing.err
 
 
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [(["--top", "-1"], "--top -1: must be 0 <= top"), (["--fail-above", "0"], "--fail-above 0: must be 0 < fail-above")],
+)
+def test_cli_profile_diff_out_of_range_options_are_usage_errors(cli, kineto_pair, arguments, message):
+    done = cli("profile-diff", *kineto_pair, *arguments)
+    assert done.code == 2 and message in done.err and len(done.err.strip().splitlines()) == 1, done.err
+
+
+@needs_torch
 def test_cli_profile_runs_a_script_and_profiles_its_marked_steps(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""
@@ -459,3 +496,128 @@ def test_cli_profile_runs_a_script_and_profiles_its_marked_steps(tmp_path):
     assert summary.steps == 2 and summary.step_source == "ProfilerStep"
     assert {"0", "2"} <= {key[0] for key in summary.rows}  # module paths of the Sequential's layers
     assert "aten::linear" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["nope.py"], "nope.py: script not found"),
+        (["--", "python", "nope.py"], "nope.py: script not found"),
+        (["--", "{folder}"], "is a folder, not a script"),
+        (["--", "/nonexistent/python3", "{script}"], "/nonexistent/python3: cannot start"),
+        (["-o", "/nonexistent/dir/t.json", "--", "{script}"], "-o /nonexistent/dir/t.json: folder"),
+        (["--steps", "0", "--", "{script}"], "--steps 0: must be 1 <= steps"),
+        (["--warmup", "-1", "--", "{script}"], "--warmup -1"),
+    ],
+)
+def test_cli_profile_bad_arguments_are_one_line_usage_errors(cli, tmp_path, monkeypatch, arguments, message):
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('the script must not run on bad arguments')\n")
+    (tmp_path / "pkg.py").mkdir()
+    done = cli("profile", *[a.format(script=script, folder=tmp_path / "pkg.py") for a in arguments])
+    assert done.code == 2, done.out + done.err
+    assert message in done.err and "Traceback" not in done.err, done.err
+    assert len(done.err.strip().splitlines()) == 1
+    assert not (tmp_path / "accelport-trace.json").exists()
+
+
+def test_profile_child_without_torch_says_so_in_one_line(tmp_path):
+    # The interpreter after `--` may lack torch: one line naming it, not an ImportError traceback.
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from accelport.verify.profile import _child\n"
+            f"sys.exit(_child(['--trace', {str(tmp_path / 't.json')!r}, {str(tmp_path / 'x.py')!r}]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "has no torch" in done.stderr and "Traceback" not in done.stderr
+
+
+# --------------------------------------------------------------------------- why tags on synthetic GPU traces
+
+
+def _gpu_trace(ops: list[dict], steps: int = 2, step_len: float = 1000.0) -> dict:
+    """A Kineto trace of `steps` identical steps; each op (module model.fc) launches its kernels.
+
+    An op is {"name", "at", "dur", "kernels": [(kernel name, at, dur, stream)]}, times in
+    microseconds from the step's start; every kernel gets a launch inside its op and a correlation id.
+    """
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+    ]
+    corr = 1
+    for step in range(steps):
+        t = 1000.0 + step * (step_len + 500.0)
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": t, "dur": step_len})
+        events.append({"ph": "X", "cat": "user_annotation", "name": "accelport.module: model.fc", "pid": 1, "tid": 1,
+                       "ts": t + 1, "dur": step_len - 2})
+        for op in ops:
+            events.append({"ph": "X", "cat": "cpu_op", "name": op["name"], "pid": 1, "tid": 1, "ts": t + op["at"], "dur": op["dur"],
+                           "args": {"External id": corr, "Input Dims": [[8, 64]]}})
+            for k, (kernel, at, dur, stream) in enumerate(op.get("kernels", ())):
+                launch_at = t + op["at"] + min(1.0 + k, op["dur"] - 1.0)
+                events += [
+                    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": launch_at, "dur": 0.5,
+                     "args": {"correlation": corr}},
+                    {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": stream, "ts": t + at, "dur": dur,
+                     "args": {"correlation": corr, "stream": stream, "device": 0}},
+                ]
+                corr += 1
+            corr += 1
+    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100"}], "traceEvents": events}
+
+
+def _tags(tmp_path, base_ops: list[dict], test_ops: list[dict], op: str) -> tuple[str, ...]:
+    base, test = tmp_path / "base.json", tmp_path / "test.json"
+    base.write_text(json.dumps(_gpu_trace(base_ops)))
+    test.write_text(json.dumps(_gpu_trace(test_ops)))
+    result = profile.diff_traces(base, test)
+    assert abs(sum(r.delta for r in result.rows) - result.total_delta) <= 1e-6 * max(1.0, abs(result.total_delta))
+    return next(r for r in result.rows if (r.module, r.op) == ("model.fc", op)).why
+
+
+def _mm(at: float = 600.0) -> dict:
+    # An unchanged neighbour, so the step holds more than the op under test.
+    return {"name": "aten::mm", "at": at, "dur": 20.0, "kernels": [("sm80_gemm", at + 10, 100.0, 7)]}
+
+
+@needs_trace_reader
+def test_more_kernels_per_call_is_tagged_and_one_longer_kernel_is_not(tmp_path):
+    base = [{"name": "aten::softmax", "at": 10.0, "dur": 20.0, "kernels": [("softmax_fused", 30.0, 100.0, 7)]}, _mm()]
+    # The test side splits the op into three kernels: 3 per call instead of 1.
+    split = [{"name": "aten::softmax", "at": 10.0, "dur": 20.0,
+              "kernels": [("reduce_max", 30.0, 40.0, 7), ("exp_sub", 75.0, 40.0, 7), ("reduce_sum", 120.0, 40.0, 7)]}, _mm()]
+    assert "more-kernels" in _tags(tmp_path, base, split, "aten::softmax")
+    # Near miss: as slow, but still one kernel per call.
+    longer = [{"name": "aten::softmax", "at": 10.0, "dur": 20.0, "kernels": [("softmax_fused", 30.0, 160.0, 7)]}, _mm()]
+    tags = _tags(tmp_path, base, longer, "aten::softmax")
+    assert "more-kernels" not in tags and "slower-kernels" in tags
+
+
+@needs_trace_reader
+def test_host_bound_op_is_tagged_and_a_device_bound_slowdown_is_not(tmp_path):
+    base = [{"name": "aten::index", "at": 10.0, "dur": 20.0, "kernels": [("index_kernel", 35.0, 100.0, 7)]}, _mm()]
+    # The test side spends 300 us on the host before its (short) kernel: the device waits.
+    host = [{"name": "aten::index", "at": 10.0, "dur": 300.0, "kernels": [("index_kernel", 312.0, 30.0, 7)]}, _mm()]
+    tags = _tags(tmp_path, base, host, "aten::index")
+    assert "host-bound" in tags
+    # Near miss: the host part grows too (20 -> 80 us), but most of the slowdown is on the device.
+    device = [{"name": "aten::index", "at": 10.0, "dur": 80.0, "kernels": [("index_kernel", 92.0, 300.0, 7)]}, _mm(at=650.0)]
+    tags = _tags(tmp_path, base, device, "aten::index")
+    assert "host-bound" not in tags and "slower-kernels" in tags
+
+
+@needs_trace_reader
+def test_unoverlapped_communication_is_tagged_and_overlapped_is_not(tmp_path):
+    compute = {"name": "aten::mm", "at": 10.0, "dur": 20.0, "kernels": [("sm80_gemm", 30.0, 200.0, 7)]}
+    # Base: the all-reduce runs on its own stream under the GEMM.
+    overlapped = {"name": "c10d::allreduce_", "at": 40.0, "dur": 10.0,
+                  "kernels": [("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 50.0, 150.0, 20)]}
+    # Test: the same all-reduce waits for the GEMM to finish, so nothing hides it.
+    exposed = {"name": "c10d::allreduce_", "at": 40.0, "dur": 10.0,
+               "kernels": [("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 240.0, 150.0, 20)]}
+    assert "exposed-comm" in _tags(tmp_path, [compute, overlapped], [compute, exposed], "c10d::allreduce_")
+    # Near miss: overlapped on both sides (a few us later), no tag.
+    later = {"name": "c10d::allreduce_", "at": 40.0, "dur": 10.0,
+             "kernels": [("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 55.0, 150.0, 20)]}
+    assert "exposed-comm" not in _tags(tmp_path, [compute, overlapped], [compute, later], "c10d::allreduce_")

@@ -96,3 +96,40 @@ class Progress:
         if self.enabled:
             sys.stderr.write("\r" + " " * 79 + "\r")
             sys.stderr.flush()
+
+
+def check_range(option: str, value: float | int | None, *, low: float | None = None, high: float | None = None,
+                low_open: bool = False, high_open: bool = False) -> None:
+    """UserError naming `option` when `value` (None: not given) lies outside [low, high] (open ends when told)."""
+    if value is None:
+        return
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if too_low or too_high:
+        left = "" if low is None else f"{low:g} {'<' if low_open else '<='} "
+        right = "" if high is None else f" {'<' if high_open else '<='} {high:g}"
+        raise UserError(f"{option} {value:g}: must be {left}{option.lstrip('-')}{right}")
+
+
+def check_save_path(option: str, output: str | None) -> Path | None:
+    """Refuse a --save path that cannot be written before the (maybe hours-long) run starts."""
+    if not output:
+        return None
+    path = Path(output)
+    if path.is_dir():
+        raise UserError(f"{option} {output}: is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise UserError(f"{option} {output}: folder {path.parent} does not exist; create it or choose another path")
+    if not os.access(path.parent, os.W_OK):
+        raise UserError(f"{option} {output}: folder {path.parent} is not writable; choose another path")
+    return path
+
+
+def save_text(option: str, path: Path | None, text: str) -> None:
+    """Write `text` atomically to `path` (from `check_save_path`); an OS error is one line naming the option."""
+    if path is None:
+        return
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise UserError(f"{option} {path}: cannot write ({exc.strerror}); choose another path") from None

@@ -15,8 +15,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from accelport.cli._output import emit
-from accelport.fileio import atomic_write_text
+from accelport.cli._output import check_range, check_save_path, emit, save_text
 
 ORDER = 60
 
@@ -46,7 +45,21 @@ def _render(result: dict, comparison: dict | None) -> str:
             f"floor {c['floor']:.2f}: {c['verdict'].upper()}"
             + ("  (floor inside the CI: measure longer to be sure)" if c["floor_within_ci"] else "")
         )
+        if c.get("mismatch"):
+            lines.append(f"mismatch      compared anyway: {'; '.join(c['mismatch'])}")
     return "\n".join(lines) + "\n"
+
+
+def _params(values: list[str]) -> dict[str, str]:
+    from accelport.errors import UserError
+
+    out = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--param {value}: write KEY=VALUE, e.g. --param model=tinylm --param batch=32")
+        out[key.strip()] = text.strip()
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,25 +69,38 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.command or [])
     if command and command[0] == "--":
         command = command[1:]
+    check_range("--warmup", args.warmup, low=0)
+    check_range("--min-steps", args.min_steps, low=1)
+    check_range("--max-steps", args.max_steps, low=1)
+    check_range("--budget", args.budget, low=0, low_open=True)
+    check_range("--ci", args.ci, low=0, high=1, low_open=True, high_open=True)
+    check_range("--samples-per-step", args.samples_per_step, low=0, low_open=True)
+    check_range("--tokens-per-step", args.tokens_per_step, low=0, low_open=True)
+    check_range("--floor", args.floor, low=0, low_open=True)
+    save = check_save_path("--save", args.save)
+    params = _params(args.param or [])
     if args.result:
         if command:
             raise UserError("give either --result FILE or a command after --, not both")
         result = bench.load_result(args.result)
+        if params:
+            raise UserError("--param describes a run to benchmark; a saved --result keeps the params it was saved with")
     elif command:
         rule = bench.StopRule(warmup=args.warmup, min_steps=args.min_steps, max_steps=args.max_steps,
                               budget_s=args.budget, target_ci=args.ci)
         with tempfile.TemporaryDirectory(prefix="accelport-bench-") as scratch:
             result = bench.run_command(command, Path(scratch), scenario=args.scenario, rule=rule,
-                                       samples_per_step=args.samples_per_step, tokens_per_step=args.tokens_per_step)
+                                       samples_per_step=args.samples_per_step, tokens_per_step=args.tokens_per_step,
+                                       params=params)
     else:
         raise UserError("nothing to benchmark: put the command after --, e.g. `accelport bench -- python train.py`, or pass --result FILE")
     data = result.to_dict()
     comparison = None
     if args.baseline:
-        comparison = bench.compare(result, bench.load_result(args.baseline), floor=args.floor).to_dict()
+        comparison = bench.compare(result, bench.load_result(args.baseline), floor=args.floor,
+                                   allow_mismatch=args.allow_mismatch).to_dict()
         data["comparison"] = comparison
-    if args.save:
-        atomic_write_text(Path(args.save), json.dumps(result.to_dict(), indent=2) + "\n")
+    save_text("--save", save, json.dumps(result.to_dict(), indent=2) + "\n")
     emit(json.dumps(data, indent=2) + "\n" if args.format == "json" else _render(data, comparison), args.output)
     return 1 if comparison and not comparison["passed"] else 0
 
@@ -83,6 +109,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="step time with a confidence interval; compare with a baseline",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", default="default", help="name of what is measured (default: %(default)s)")
+    parser.add_argument("--param", action="append", metavar="KEY=VALUE",
+                        help="what else defines the scenario (model=..., shape=..., batch=...); repeatable. "
+                             "--baseline refuses a result whose scenario, params or samples per step differ")
+    parser.add_argument("--allow-mismatch", action="store_true",
+                        help="compare with a baseline of a different scenario anyway (the report lists the differences)")
     parser.add_argument("--warmup", type=int, default=3, help="steps (or runs) not measured (default: %(default)s)")
     parser.add_argument("--min-steps", type=int, default=10, help="measured steps before the CI may stop the run (default: %(default)s)")
     parser.add_argument("--max-steps", type=int, default=1000, help="stop after this many measured steps (default: %(default)s)")

@@ -15,8 +15,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from accelport.cli._output import emit
-from accelport.fileio import atomic_write_text
+from accelport.cli._output import check_range, check_save_path, emit, save_text
 
 ORDER = 64
 
@@ -24,6 +23,12 @@ ORDER = 64
 def run(args: argparse.Namespace) -> int:
     from accelport.verify import comm
 
+    check_range("--ranks", args.ranks, low=2)
+    check_range("--step-factor", args.step_factor, low=2)
+    check_range("--iters", args.iters, low=1)
+    check_range("--warmup-iters", args.warmup_iters, low=0)
+    check_range("--timeout", args.timeout, low=0, low_open=True)
+    save = check_save_path("--save", args.save)
     sizes = comm.sizes_between(comm.parse_size(args.min_bytes), comm.parse_size(args.max_bytes), args.step_factor)
     collectives = args.collectives.split(",") if args.collectives else list(comm.COLLECTIVES)
     with tempfile.TemporaryDirectory(prefix="accelport-comm-") as scratch:
@@ -31,8 +36,7 @@ def run(args: argparse.Namespace) -> int:
                           warmup=args.warmup_iters, backend=args.backend, preload=args.preload or (),
                           timeout_s=args.timeout, workdir=Path(args.workdir or scratch))
     data = result.to_dict()
-    if args.save:
-        atomic_write_text(Path(args.save), json.dumps(data, indent=2) + "\n")
+    save_text("--save", save, json.dumps(data, indent=2) + "\n")
     emit(json.dumps(data, indent=2) + "\n" if args.format == "json" else comm.render_table(result), args.output)
     return 0 if result.passed else 1
 

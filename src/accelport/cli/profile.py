@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from accelport.cli._output import emit
+from accelport.cli._output import check_range, emit
 from accelport.errors import UserError
 
 ORDER = 61
@@ -41,7 +41,14 @@ def run_profile(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     interpreter, script = _python_script(command)
+    if not Path(script[0]).is_file():
+        what = "is a folder, not a script" if Path(script[0]).is_dir() else "not found"
+        raise UserError(f"{script[0]}: script {what}; give the Python file to profile, e.g. `accelport profile -- python train.py`")
     trace = Path(args.output_trace).resolve()
+    if not trace.parent.is_dir():
+        raise UserError(f"-o {args.output_trace}: folder {trace.parent} does not exist; create it or pick another trace path")
+    check_range("--steps", args.steps, low=1)
+    check_range("--warmup", args.warmup, low=0)
     child = [interpreter, "-m", "accelport.verify.profile", "--trace", str(trace), "--warmup", str(args.warmup)]
     if args.steps:
         child += ["--steps", str(args.steps)]
@@ -49,7 +56,10 @@ def run_profile(args: argparse.Namespace) -> int:
     env.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     if not args.steps:
         env.pop("ACCELPORT_STEP_LOG", None)
-    code = subprocess.run([*child, *script], env=env, check=False).returncode
+    try:
+        code = subprocess.run([*child, *script], env=env, check=False).returncode
+    except OSError as exc:
+        raise UserError(f"{interpreter}: cannot start ({exc.strerror}); check the interpreter after --") from None
     if code != 0 or not trace.is_file():
         raise UserError(f"{script[0]}: profiling failed (exit code {code}); see the output above")
     summary = profile.profile_trace(trace, args.steps_used)
@@ -65,6 +75,8 @@ def run_profile(args: argparse.Namespace) -> int:
 def run_diff(args: argparse.Namespace) -> int:
     from accelport.verify import profile
 
+    check_range("--top", args.top, low=0)
+    check_range("--fail-above", args.fail_above, low=0, low_open=True)
     result = profile.diff_traces(args.base, args.test, args.steps_used)
     limit = None if args.top == 0 else args.top
     if args.format == "json":

@@ -17,8 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from accelport.cli._output import emit
-from accelport.fileio import atomic_write_text
+from accelport.cli._output import check_range, check_save_path, emit, save_text
 
 ORDER = 63
 
@@ -50,6 +49,14 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.command or [])
     if command and command[0] == "--":
         command = command[1:]
+    check_range("--steps", args.steps, low=1)
+    check_range("--warmup-steps", args.warmup_steps, low=0)
+    check_range("--max-time-drift", args.max_time_drift, low=0, low_open=True)
+    check_range("--min-time-drift-ms", args.min_time_drift_ms, low=0)
+    check_range("--max-memory-growth", args.max_memory_growth, low=0, low_open=True)
+    check_range("--spike-z", args.spike_z, low=0, low_open=True)
+    check_range("--max-spikes", args.max_spikes, low=0)
+    save = check_save_path("--save", args.save)
     limits = soak.SoakLimits(
         warmup_steps=args.warmup_steps,
         hang_timeout_s=soak.parse_duration(args.hang_timeout),
@@ -68,8 +75,7 @@ def run(args: argparse.Namespace) -> int:
         result = soak.run_command(command, Path(scratch), steps=args.steps, duration_s=duration, limits=limits,
                                   echo=None if args.quiet else echo)
     data = result.to_dict()
-    if args.save:
-        atomic_write_text(Path(args.save), json.dumps(data, indent=2) + "\n")
+    save_text("--save", save, json.dumps(data, indent=2) + "\n")
     emit(json.dumps(data, indent=2) + "\n" if args.format == "json" else _render(data), args.output)
     return 0 if data["verdict"] == "pass" else 1
 

@@ -9,18 +9,19 @@ but a spec must have at least one:
     [correctness]                 # accelport.verify.compare.compare_dumps
     reference = "dumps/cuda"
     test = "dumps/npu"
-    options = { atol = 1e-3 }     # passed to compare_dumps
+    options = { tolerances = { float32 = [1e-3, 1e-3] } }   # compare_dumps options (below)
 
     [precision]                   # accelport.verify.curves.compare_curves
     reference = "curves/cuda.csv"
     tests = ["curves/npu.csv"]
-    options = {}                  # passed to compare_curves
+    options = { tolerance = 0.01 }  # compare_curves options (below)
 
     [[performance]]               # accelport bench --save results
     name = "train step"
     result = "bench/npu.json"
     baseline = "bench/cuda.json"
     floor = 0.6                   # pass at >= 60% of baseline throughput
+    allow_mismatch = false        # optional: compare results of different scenarios anyway
     base_trace = "traces/cuda.json"   # optional: explain the ratio per op
     test_trace = "traces/npu.json"
 
@@ -32,6 +33,16 @@ but a spec must have at least one:
     name = "8 ranks"
     result = "comm/npu.json"
     min_busbw_gbps = 100.0        # optional
+
+`options` are checked when the spec loads: unknown names and wrong types are
+errors naming the spec and the option. [correctness] options: mapping (path),
+tolerances (table DTYPE = [RTOL, ATOL], DTYPE one of float64, float32,
+float16, bfloat16, "*"), criterion (norm, max, elementwise), replay
+(failing, all, none), replay_ratio (number), allow_truncated (true/false),
+window, top, threads (positive integers). [precision] options: seeds
+(paths), metrics and judge (lists of names), tolerance (number), tolerances
+(table METRIC = number), smooth (0 <= x < 1), max_outside (0..1), per_step
+(true/false).
 
 A check that cannot run (a missing library, a file that does not load) is an
 error, never a pass: the verdict fails and the report says why.
@@ -78,11 +89,39 @@ _SCHEMA: dict[str, dict[str, tuple[str, bool]]] = {
         "base_trace": ("path", False),
         "test_trace": ("path", False),
         "top": ("int", False),
+        "allow_mismatch": ("bool", False),
     },
     "stability": {"name": ("str", False), "result": ("path", True)},
     "collectives": {"name": ("str", False), "result": ("path", True), "min_busbw_gbps": ("number", False)},
 }
 _MULTI = ("performance", "stability", "collectives")
+
+_TOLERANCE_DTYPES = ("float64", "float32", "float16", "bfloat16", "*")
+# What [correctness] and [precision] `options` may hold: option -> (kind, detail).
+# Kept in step with CompareOptions (compare.py) and compare_curves (curves.py).
+_OPTIONS: dict[str, dict[str, tuple[str, Any]]] = {
+    "correctness": {
+        "mapping": ("path", None),
+        "tolerances": ("dtype-tolerances", None),
+        "criterion": ("choice", ("norm", "max", "elementwise")),
+        "replay": ("choice", ("failing", "all", "none")),
+        "replay_ratio": ("number", None),
+        "allow_truncated": ("bool", None),
+        "window": ("int", None),
+        "top": ("int", None),
+        "threads": ("int", None),
+    },
+    "precision": {
+        "seeds": ("paths", None),
+        "metrics": ("names", None),
+        "judge": ("names", None),
+        "tolerance": ("number", None),
+        "tolerances": ("metric-tolerances", None),
+        "smooth": ("fraction", (0.0, 1.0, False)),
+        "max_outside": ("fraction", (0.0, 1.0, True)),
+        "per_step": ("bool", None),
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -144,8 +183,12 @@ def _validate_entry(spec: Path, section: str, index: int, entry: dict[str, Any])
             raise UserError(f"{where}: {key} must be a positive number (got {value!r})")
         if kind == "int" and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise UserError(f"{where}: {key} must be a positive integer (got {value!r})")
+        if kind == "bool" and not isinstance(value, bool):
+            raise UserError(f"{where}: {key} must be true or false (got {value!r})")
         if kind == "table" and not isinstance(value, dict):
-            raise UserError(f"{where}: {key} must be a table, e.g. {key} = {{ atol = 1e-3 }}")
+            raise UserError(f"{where}: {key} must be a table, e.g. {key} = {_OPTION_EXAMPLE[section]}")
+        if kind == "table" and key == "options":
+            value = _validate_options(spec, where, section, value)
         if kind in ("path", "paths"):
             values = value if kind == "paths" else [value]
             if kind == "paths" and (not isinstance(value, list) or not value):
@@ -160,6 +203,73 @@ def _validate_entry(spec: Path, section: str, index: int, entry: dict[str, Any])
                 resolved.append(target)
             value = resolved if kind == "paths" else resolved[0]
         out[key] = value
+    return out
+
+
+_OPTION_EXAMPLE = {"correctness": "{ tolerances = { float32 = [1e-3, 1e-3] } }", "precision": "{ tolerance = 0.01 }"}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _validate_options(spec: Path, where: str, section: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Check `options` before they reach compare_dumps/compare_curves; returns them with paths resolved."""
+    schema = _OPTIONS[section]
+    unknown = sorted(set(options) - set(schema))
+    if unknown:
+        raise UserError(f"{where}: unknown option(s) {', '.join(unknown)} in options; allowed: {', '.join(schema)}")
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        kind, detail = schema[key]
+        name = f"options.{key}"
+        if kind == "bool" and not isinstance(value, bool):
+            raise UserError(f"{where}: {name} must be true or false (got {value!r})")
+        if kind == "int" and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise UserError(f"{where}: {name} must be a positive integer (got {value!r})")
+        if kind == "number" and not (_is_number(value) and value > 0):
+            raise UserError(f"{where}: {name} must be a positive number (got {value!r})")
+        if kind == "fraction":
+            low, high, closed = detail
+            if not (_is_number(value) and low <= value and (value <= high if closed else value < high)):
+                bound = f"{low:g} <= x {'<=' if closed else '<'} {high:g}"
+                raise UserError(f"{where}: {name} must be a number with {bound} (got {value!r})")
+        if kind == "choice" and value not in detail:
+            raise UserError(f"{where}: {name} must be one of {', '.join(detail)} (got {value!r})")
+        if kind == "names" and (not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value)):
+            raise UserError(f"{where}: {name} must be a non-empty list of names, e.g. {key} = [\"loss\"] (got {value!r})")
+        if kind == "metric-tolerances" and (not isinstance(value, dict) or not all(_is_number(v) and v > 0 for v in value.values())):
+            raise UserError(f"{where}: {name} must be a table of positive numbers, e.g. {key} = {{ loss = 0.02 }} (got {value!r})")
+        if kind == "dtype-tolerances":
+            value = _dtype_tolerances(where, name, value)
+        if kind in ("path", "paths"):
+            items = value if kind == "paths" else [value]
+            if kind == "paths" and (not isinstance(value, list) or not value):
+                raise UserError(f"{where}: {name} must be a non-empty list of paths (got {value!r})")
+            resolved = []
+            for item in items:
+                if not isinstance(item, str) or not item:
+                    raise UserError(f"{where}: {name} must be a path string (got {item!r})")
+                target = (spec.parent / item).resolve()
+                if not target.exists():
+                    raise UserError(f"{where}: {name} = {item!r} does not exist (paths are relative to the spec)")
+                resolved.append(target)
+            value = resolved if kind == "paths" else resolved[0]
+        out[key] = value
+    return out
+
+
+def _dtype_tolerances(where: str, name: str, value: Any) -> dict[str, tuple[float, float]]:
+    how = f"write {name.split('.')[-1]} = {{ float32 = [RTOL, ATOL] }} with dtypes from {', '.join(_TOLERANCE_DTYPES)}"
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: {name} must be a table; {how}")
+    out = {}
+    for dtype, pair in value.items():
+        if dtype not in _TOLERANCE_DTYPES:
+            raise UserError(f"{where}: {name} has unknown dtype {dtype!r}; {how}")
+        if not (isinstance(pair, list) and len(pair) == 2 and all(_is_number(v) and v >= 0 for v in pair)):
+            raise UserError(f"{where}: {name}.{dtype} must be [RTOL, ATOL], two numbers >= 0 (got {pair!r}); {how}")
+        out[dtype] = (float(pair[0]), float(pair[1]))
     return out
 
 
@@ -224,8 +334,11 @@ def _numerics(module: str, function: str) -> Callable[..., Any] | str:
 
 
 def _from_numerics(section: str, entry: dict[str, Any], entry_point: tuple[str, str], arguments: tuple[Any, ...],
-                   keys: tuple[str, ...]) -> Check:
-    """Run the numerics library's `module.function(*arguments, **options)` and report `keys` of its result."""
+                   keys: tuple[str, ...], plots: Callable[[Any], list[tuple[str, str]]] | None = None) -> Check:
+    """Run the numerics library's `module.function(*arguments, **options)` and report `keys` of its result.
+
+    `plots(result)` gives (svg, caption) pairs drawn under the figures.
+    """
     compare = _numerics(*entry_point)
     if isinstance(compare, str):
         return Check(section, entry["name"], "error", f"{compare}; the {section} check did not run")
@@ -236,6 +349,8 @@ def _from_numerics(section: str, entry: dict[str, Any], entry_point: tuple[str, 
     summary = f"verdict {data.get('verdict')}; " + "; ".join(f"{k} {_describe(k, data.get(k))}" for k in keys)
     check = Check(section, entry["name"], status, summary, figures)
     check.html.append(("table", (["figure", "value"], [[k, _short(v, 400)] for k, v in figures.items()])))
+    for svg, caption in plots(result) if plots else []:
+        check.html.append(("svg", (svg, caption)))
     return check
 
 
@@ -261,7 +376,15 @@ def check_correctness(entry: dict[str, Any]) -> Check:
 
 def check_precision(entry: dict[str, Any]) -> Check:
     arguments = (entry["reference"], list(entry["tests"]))
-    return _from_numerics("precision", entry, ("curves", "compare_curves"), arguments, ("final_gap", "mean_gap"))
+    return _from_numerics("precision", entry, ("curves", "compare_curves"), arguments, ("final_gap", "mean_gap"),
+                          plots=_curve_plots)
+
+
+def _curve_plots(result: Any) -> list[tuple[str, str]]:
+    """One inline SVG per compared metric: the reference and test curves (and the seeds' band) per step."""
+    smoothed = " (EMA-smoothed)" if result.options.get("smooth") else ""
+    return [(result.svg(m.metric), f"{m.metric} per step: reference and test runs{smoothed}"
+             + ("" if m.judged else "; not judged")) for m in result.metrics]
 
 
 def check_performance(entry: dict[str, Any]) -> Check:
@@ -270,14 +393,19 @@ def check_performance(entry: dict[str, Any]) -> Check:
 
     test = bench.load_result(entry["result"])
     baseline = bench.load_result(entry["baseline"])
-    comparison = bench.compare(test, baseline, floor=float(entry.get("floor", bench.DEFAULT_FLOOR)))
+    comparison = bench.compare(test, baseline, floor=float(entry.get("floor", bench.DEFAULT_FLOOR)),
+                               allow_mismatch=bool(entry.get("allow_mismatch", False)))
     status = "pass" if comparison.passed else "fail"
     summary = (
         f"{comparison.ratio:.3f}x of baseline {comparison.basis} (95% CI {comparison.ci_low:.3f}..{comparison.ci_high:.3f}); "
         f"floor {comparison.floor:.2f}"
         + ("; the floor lies inside the CI" if comparison.floor_within_ci else "")
+        + (f"; compared although the scenarios differ: {'; '.join(comparison.mismatch)}" if comparison.mismatch else "")
+        + "".join(f"; the {side} stopped on {result.stop_reason} before its CI reached the target width"
+                  for side, result in (("test", test), ("baseline", baseline)) if result.stop_reason in bench.UNCONVERGED)
     )
     check = Check("performance", entry["name"], status, summary, comparison.to_dict())
+    check.figures["stop_reason"] = {"test": test.stop_reason, "baseline": baseline.stop_reason}
     check.html.append(("cards", [
         ("ratio", f"{comparison.ratio:.3f}x"),
         ("floor", f"{comparison.floor:.2f}"),

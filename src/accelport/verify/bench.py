@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 ENV_LOG = "ACCELPORT_STEP_LOG"  # JSONL file the marker appends one line per step to
 ENV_CONTROL = "ACCELPORT_STEP_CONTROL"  # JSON: when step() should start returning False
 RESULT_KIND = "accelport.bench"
+# Stop reasons of StopRule (and run_command) that mean the CI never got as narrow as asked.
+UNCONVERGED = ("max-steps", "budget", "process-ended")
 DEFAULT_FLOOR = 0.6  # a migration "passes" at 60% of the baseline throughput unless the scenario says otherwise
 
 # --------------------------------------------------------------------------- the step marker
@@ -261,6 +263,8 @@ class BenchResult:
     machine: dict[str, Any] = field(default_factory=dict)
     command: list[str] | None = None
     unit: str = "step"  # "step" with markers or the Python API; "run" for a whole command
+    params: dict[str, str] = field(default_factory=dict)  # what defines the scenario: model, shape, batch, ...
+    source: str | None = field(default=None, compare=False)  # the file it was loaded from (not saved)
 
     @property
     def median_s(self) -> float:
@@ -294,6 +298,7 @@ class BenchResult:
             "kind": RESULT_KIND,
             "version": 1,
             "scenario": self.scenario,
+            "params": self.params,
             "unit": self.unit,
             "steps": len(times),
             "warmup": self.warmup,
@@ -331,6 +336,9 @@ class BenchResult:
         times = data.get("times_s")
         if not isinstance(times, list) or not times or not all(isinstance(t, int | float) and t > 0 for t in times):
             raise UserError(f"{source}: bench result has no valid times_s; re-run `accelport bench --save`")
+        params = data.get("params") or {}
+        if not isinstance(params, dict):
+            raise UserError(f"{source}: bench result: 'params' must be an object; re-run `accelport bench --save`")
         return cls(
             scenario=str(data.get("scenario", "default")),
             times_s=[float(t) for t in times],
@@ -343,6 +351,8 @@ class BenchResult:
             machine=data.get("machine") or {},
             command=data.get("command"),
             unit=str(data.get("unit", "step")),
+            params={str(k): str(v) for k, v in params.items()},
+            source=source,
         )
 
 
@@ -363,6 +373,7 @@ class Comparison:
     test_median_s: float
     baseline_median_s: float
     memory_ratio: float | None
+    mismatch: tuple[str, ...] = ()  # how the two scenarios differ, when compared anyway (allow_mismatch)
 
     @property
     def passed(self) -> bool:
@@ -375,14 +386,45 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["mismatch"] = list(self.mismatch)
         data.update(passed=self.passed, verdict="pass" if self.passed else "fail", floor_within_ci=self.floor_within_ci)
         return data
 
 
-def compare(test: BenchResult, baseline: BenchResult, floor: float = DEFAULT_FLOOR) -> Comparison:
-    """Throughput ratio test/baseline (per sample when both give samples per step, else per step)."""
+def scenario_differences(test: BenchResult, baseline: BenchResult) -> list[str]:
+    """How the two results' scenarios differ (name, unit, params, batch): empty when like compares with like."""
+    out = []
+    if test.scenario != baseline.scenario:
+        out.append(f"scenario {test.scenario!r} vs {baseline.scenario!r}")
+    if test.unit != baseline.unit:
+        out.append(f"timed per {test.unit} vs per {baseline.unit}")
+    for key in sorted(set(test.params) | set(baseline.params)):
+        mine, theirs = test.params.get(key), baseline.params.get(key)
+        if mine != theirs:
+            out.append(f"{key} {mine if mine is not None else '(unset)'} vs {theirs if theirs is not None else '(unset)'}")
+    for label, mine, theirs in (("samples per step (batch)", test.samples_per_step, baseline.samples_per_step),
+                                ("tokens per step", test.tokens_per_step, baseline.tokens_per_step)):
+        if mine and theirs and mine != theirs:
+            out.append(f"{label} {mine:g} vs {theirs:g}")
+    return out
+
+
+def compare(test: BenchResult, baseline: BenchResult, floor: float = DEFAULT_FLOOR, *,
+            allow_mismatch: bool = False) -> Comparison:
+    """Throughput ratio test/baseline (per sample when both give samples per step, else per step).
+
+    Results of different scenarios (name, unit, params, samples or tokens per step) are refused
+    with a UserError unless `allow_mismatch`; then the differences are listed in the comparison.
+    """
     if not floor > 0:
         raise UserError(f"floor must be positive (got {floor}); use e.g. 0.6 for 60% of the baseline")
+    differences = scenario_differences(test, baseline)
+    if differences and not allow_mismatch:
+        raise UserError(
+            f"{test.source or 'test result'} vs baseline {baseline.source or 'result'}: different scenarios "
+            f"({'; '.join(differences)}); benchmark the same scenario on both machines, or allow the mismatch "
+            "(`--allow-mismatch`, or allow_mismatch = true in the accept spec) to compare throughput anyway"
+        )
     t_low, t_high = test.ci_s
     b_low, b_high = baseline.ci_s
     for per_step, basis in ((test.tokens_per_step, "tokens/s"), (test.samples_per_step, "samples/s")):
@@ -406,6 +448,7 @@ def compare(test: BenchResult, baseline: BenchResult, floor: float = DEFAULT_FLO
         test_median_s=test.median_s,
         baseline_median_s=baseline.median_s,
         memory_ratio=memory,
+        mismatch=tuple(differences),
     )
 
 
@@ -436,8 +479,13 @@ def run(
     rule: StopRule | None = None,
     samples_per_step: float | None = None,
     tokens_per_step: float | None = None,
+    params: dict[str, str] | None = None,
 ) -> BenchResult:
-    """Benchmark `step_fn` (see the module docstring); the device is synchronised around each call."""
+    """Benchmark `step_fn` (see the module docstring); the device is synchronised around each call.
+
+    `params` (model, shape, batch, ...) define the scenario with its name: `compare` refuses
+    a baseline whose scenario differs.
+    """
     rule = rule or StopRule()
     _reset_peak()
     times: list[float] = []
@@ -463,6 +511,7 @@ def run(
         peak_device_memory_bytes=memory.get("device_peak"),
         peak_host_rss_bytes=peak_host_rss_bytes(),
         machine=machine_facts(),
+        params=dict(params or {}),
     )
 
 
@@ -522,6 +571,7 @@ def run_command(
     rule: StopRule | None = None,
     samples_per_step: float | None = None,
     tokens_per_step: float | None = None,
+    params: dict[str, str] | None = None,
 ) -> BenchResult:
     """Benchmark a command: per marked step when it calls `bench.step()`, else one sample per run."""
     command = check_command(command)
@@ -582,6 +632,7 @@ def run_command(
                 machine=machine_facts(),
                 command=command,
                 unit="step",
+                params=dict(params or {}),
             )
         if proc.returncode != 0:
             raise UserError(f"{' '.join(command)}: exited with code {proc.returncode}; fix the command and re-run")
@@ -604,6 +655,7 @@ def run_command(
                 machine=machine_facts(),
                 command=command,
                 unit="run",
+                params=dict(params or {}),
             )
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport.errors import UserError
-from accelport.verify.saved import read_saved
+from accelport.verify.saved import check_fields, read_saved
 
 RESULT_KIND = "accelport.comm"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
@@ -221,8 +221,25 @@ def _aggregate(reports: list[dict[str, Any]], ranks: int) -> list[CommRow]:
     return rows
 
 
+_SAVED_FIELDS = {"verdict": "str", "ranks": "int", "backend": "str", "device": "str", "wrong": "int",
+                 "avg_busbw_gbps": "number", "errors": "strs", "rows": "list"}
+_SAVED_ROW = {"collective": "str", "size": "int", "time_us": "number", "algbw": "number", "busbw": "number", "wrong": "int"}
+
+
 def load_result(path: str | Path) -> dict[str, Any]:
-    return read_saved(path, "comm", RESULT_KIND)
+    """A result saved by `accelport comm --save`, checked field by field (UserError naming the file and key)."""
+    data = read_saved(path, "comm", RESULT_KIND)
+    check_fields(data, _SAVED_FIELDS, path, "comm")
+    if data["verdict"] not in ("pass", "fail"):
+        raise UserError(f"{path}: comm result: 'verdict' must be \"pass\" or \"fail\"; re-run `accelport comm --save FILE`")
+    for index, row in enumerate(data["rows"]):
+        if not isinstance(row, dict):
+            raise UserError(f"{path}: comm result: 'rows[{index}]' must be an object; re-run `accelport comm --save FILE`")
+        check_fields(row, _SAVED_ROW, path, "comm", where=f"rows[{index}].")
+        if row["size"] <= 0:
+            raise UserError(f"{path}: comm result: 'rows[{index}].size' must be positive (got {row['size']}); "
+                            "re-run `accelport comm --save FILE`")
+    return data
 
 
 def render_table(result: CommResult) -> str:

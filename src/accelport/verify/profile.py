@@ -1039,6 +1039,12 @@ def _child(argv: Sequence[str]) -> int:
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print(f"accelport profile: {sys.executable} has no torch; run the script with a Python that has it, "
+              "e.g. `accelport profile -- /path/to/venv/bin/python train.py`", file=sys.stderr)
+        return 2
     sys.argv = [args.script, *args.args]
     sys.path.insert(0, str(Path(args.script).resolve().parent))
     if args.steps:

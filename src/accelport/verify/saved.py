@@ -22,3 +22,39 @@ def read_saved(path: str | Path, command: str, kind: str) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("kind") != kind:
         raise UserError(f"{path}: not an accelport {command} result (kind is not {kind!r}); {how}")
     return data
+
+
+# Field kinds for `check_fields`: what a saved result must hold before anything reads it.
+_KINDS: dict[str, tuple[str, Any]] = {
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "number": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
+    "number?": ("a number or null", lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool))),
+    "list": ("a list", lambda v: isinstance(v, list)),
+    "dict": ("an object", lambda v: isinstance(v, dict)),
+    "dict?": ("an object or null", lambda v: v is None or isinstance(v, dict)),
+    "strs": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+}
+
+
+def check_fields(data: dict[str, Any], fields: dict[str, str], path: str | Path, command: str, where: str = "",
+                 optional: bool = False) -> None:
+    """Every `fields` key is in `data` with the right kind; else one UserError naming file and key.
+
+    With `optional`, missing keys are allowed (and null counts as missing); present ones must fit.
+    """
+    how = f"re-run `accelport {command} --save FILE` to write a complete result"
+    for key, kind in fields.items():
+        name = f"{where}{key}"
+        if key not in data or (optional and data[key] is None):
+            if optional:
+                continue
+            raise UserError(f"{path}: {command} result has no {name!r}; {how}")
+        label, fits = _KINDS[kind]
+        if not fits(data[key]):
+            raise UserError(f"{path}: {command} result: {name!r} must be {label} (got {_preview(data[key])}); {how}")
+
+
+def _preview(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:39] + "…"

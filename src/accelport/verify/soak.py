@@ -13,6 +13,10 @@ loss and grad norm. The verdict fails on:
 * memory growth (host RSS, malloc'd heap bytes, device memory): a Theil–Sen slope whose 95% interval is above zero, still
   growing in the second half, and projected above `max_memory_growth_bytes`;
 * step-time drift above `max_time_drift` (relative change over the run) and `min_time_drift_s`.
+
+Memory stays bounded on runs of any length (72 h and more): every sample passes
+the checks above as it comes, but only `max_samples` evenly spaced ones are kept
+for the fits, the plots and the saved result (see `Samples`).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any
 
 from accelport.errors import UserError
 from accelport.verify import bench
-from accelport.verify.saved import read_saved
+from accelport.verify.saved import check_fields, read_saved
 
 RESULT_KIND = "accelport.soak"
 MEMORY_SERIES = ("rss", "heap", "device_allocated", "device_reserved")
@@ -56,6 +60,7 @@ class SoakLimits:
     spike_window: int = 20
     max_spikes: int = 0
     stop_on_nonfinite: bool = True
+    max_samples: int = 4096  # samples kept for the fits, plots and --save; a 72 h run keeps no more than this
 
 
 @dataclass(frozen=True)
@@ -109,9 +114,84 @@ def fit_slope(steps: Sequence[float], values: Sequence[float]) -> Slope | None:
     return Slope(slope, low, high, late if not math.isnan(late) else 0.0, growth, growth / median if median else None)
 
 
+class Samples:
+    """Every step's sample goes in; what stays in memory is bounded, however long the run.
+
+    All warm-up samples and at most `limit` later ones are kept, evenly spaced over
+    the run: when the buffer is full every other sample is dropped and from then on
+    only every 2nd (4th, ...) new one is kept. The latest sample is always at hand.
+    Counts, duration, peaks and step-time mean/min/max are exact, kept as running totals.
+    """
+
+    PEAKS = ("rss", "heap", "device_allocated", "device_reserved", "device_peak")
+
+    def __init__(self, warmup: int = 0, limit: int = 4096) -> None:
+        if limit < 4:
+            raise UserError(f"max_samples {limit}: keep at least 4 samples for the fits")
+        self.warmup = warmup
+        self.limit = limit
+        self.stride = 1
+        self.count = 0
+        self.warm: list[dict[str, Any]] = []
+        self.kept: list[tuple[int, dict[str, Any]]] = []  # (index among the measured samples, sample)
+        self.first: dict[str, Any] | None = None
+        self.last: dict[str, Any] | None = None
+        self.peaks: dict[str, float] = {}
+        self.dt_count = 0
+        self.dt_sum = 0.0
+        self.dt_min = math.inf
+        self.dt_max = -math.inf
+
+    def __len__(self) -> int:
+        return self.count
+
+    def append(self, sample: dict[str, Any]) -> None:
+        index = self.count - self.warmup
+        self.count += 1
+        if self.first is None:
+            self.first = sample
+        self.last = sample
+        for key in self.PEAKS:
+            value = sample.get(key)
+            if isinstance(value, int | float) and value > self.peaks.get(key, -math.inf):
+                self.peaks[key] = value
+        if index < 0:
+            self.warm.append(sample)
+            return
+        dt = sample.get("dt")
+        if isinstance(dt, int | float):
+            self.dt_count += 1
+            self.dt_sum += dt
+            self.dt_min = min(self.dt_min, dt)
+            self.dt_max = max(self.dt_max, dt)
+        if index % self.stride:
+            return
+        self.kept.append((index, sample))
+        if len(self.kept) > self.limit:
+            self.stride *= 2
+            self.kept = [(i, kept) for i, kept in self.kept if i % self.stride == 0]
+
+    def measured(self) -> list[dict[str, Any]]:
+        """The kept samples after warm-up and the latest one, in step order."""
+        out = [sample for _, sample in self.kept]
+        if self.count > self.warmup and out[-1] is not self.last:
+            out.append(self.last)
+        return out
+
+    def all_kept(self) -> list[dict[str, Any]]:
+        """Warm-up samples, then the measured ones (what plots and --save get)."""
+        return self.warm + self.measured()
+
+    @property
+    def duration_s(self) -> float:
+        if self.first is None or self.last is None or self.first is self.last:
+            return 0.0
+        return float(self.last["t"] - self.first["t"])
+
+
 @dataclass
 class SoakResult:
-    samples: list[dict[str, Any]]
+    samples: Samples
     limits: SoakLimits
     stop_reason: str  # "steps", "duration", "hang", "oom", "nonfinite", "crash", "process-ended"
     hang: dict[str, Any] | None = None
@@ -122,7 +202,7 @@ class SoakResult:
     command: list[str] | None = None
 
     def measured(self) -> list[dict[str, Any]]:
-        return self.samples[self.limits.warmup_steps :]
+        return self.samples.measured()
 
     def slopes(self) -> dict[str, Slope]:
         measured = self.measured()
@@ -180,6 +260,7 @@ class SoakResult:
         measured = self.measured()
         times = [s["dt"] for s in measured if s.get("dt") is not None]
         failures = self.failures()
+        samples = self.samples
         if not measured and not failures:
             failures = [f"no step after the {self.limits.warmup_steps} warm-up steps; run longer"]
         return {
@@ -188,11 +269,14 @@ class SoakResult:
             "verdict": "pass" if not failures else "fail",
             "failures": failures,
             "stop_reason": self.stop_reason,
-            "steps": len(self.samples),
-            "duration_s": (self.samples[-1]["t"] - self.samples[0]["t"]) if len(self.samples) > 1 else 0.0,
-            "step_time_median_s": statistics.median(times) if times else None,
+            "steps": len(samples),
+            "duration_s": samples.duration_s,
+            "step_time_median_s": statistics.median(times) if times else None,  # of the kept samples
+            "step_time_mean_s": samples.dt_sum / samples.dt_count if samples.dt_count else None,  # of every measured step
+            "step_time_min_s": samples.dt_min if samples.dt_count else None,
+            "step_time_max_s": samples.dt_max if samples.dt_count else None,
             "slopes": {key: fit.to_dict() for key, fit in self.slopes().items()},
-            "peak": {key: max((s.get(key) or 0) for s in self.samples) for key in ("rss", "device_peak") if any(s.get(key) for s in self.samples)},
+            "peak": {key: samples.peaks[key] for key in ("rss", "device_peak") if samples.peaks.get(key)},
             "hang": self.hang,
             "oom": self.oom,
             "crash": self.crash,
@@ -200,7 +284,8 @@ class SoakResult:
             "spikes": self.spikes,
             "limits": asdict(self.limits),
             "command": self.command,
-            "samples": self.samples,
+            "sample_stride": samples.stride,  # samples holds every Nth measured step (and the last)
+            "samples": samples.all_kept(),
         }
 
 
@@ -260,6 +345,15 @@ def _memory_snapshot(directory: Path | None) -> str | None:
         return None
 
 
+def _check_length(steps: int | None, duration_s: float | None) -> None:
+    if steps is None and duration_s is None:
+        raise UserError("soak needs --steps or --duration")
+    if steps is not None and steps < 1:
+        raise UserError(f"--steps {steps}: must be 1 <= steps")
+    if duration_s is not None and not duration_s > 0:
+        raise UserError(f"--duration {duration_s:g} s: must be positive, e.g. 90s, 30m, 72h")
+
+
 def run(
     step_fn: Callable[[], Any],
     *,
@@ -273,14 +367,13 @@ def run(
     The watchdog breaks a blocked step only where a signal wakes it (sleeps, lock
     waits, I/O); a hang inside native code needs the command mode (`run_command`).
     """
-    if steps is None and duration_s is None:
-        raise UserError("soak needs --steps or --duration")
+    _check_length(steps, duration_s)
     limits = limits or SoakLimits()
     torch = sys.modules.get("torch")
     if snapshot_dir is not None and torch is not None and torch.cuda.is_available():
         torch.cuda.memory._record_memory_history(max_entries=100000)
     checks = _Checks(limits)
-    samples: list[dict[str, Any]] = []
+    samples = Samples(limits.warmup_steps, limits.max_samples)
     beat = [time.monotonic()]
     hang: dict[str, Any] = {}
     stop_watch = threading.Event()
@@ -375,8 +468,7 @@ def run_command(
     makes Python (PYTHONFAULTHANDLER=1) print every thread's stack.
     """
     command = bench.check_command(command)
-    if steps is None and duration_s is None:
-        raise UserError("soak needs --steps or --duration")
+    _check_length(steps, duration_s)
     limits = limits or SoakLimits()
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "soak-steps.jsonl"
@@ -411,7 +503,7 @@ def run_command(
     for reader in readers:
         reader.start()
     checks = _Checks(limits)
-    samples: list[dict[str, Any]] = []
+    samples = Samples(limits.warmup_steps, limits.max_samples)
     offset = 0
     last_step = None
     reason = "process-ended"
@@ -488,10 +580,30 @@ def run_command(
     )
 
 
+_SAVED_FIELDS = {"verdict": "str", "failures": "strs", "stop_reason": "str", "steps": "int", "duration_s": "number",
+                 "step_time_median_s": "number?", "slopes": "dict", "samples": "list", "hang": "dict?"}
+_SAVED_SLOPE = {"per_step": "number", "low": "number", "high": "number"}
+_SAVED_SAMPLE_OPTIONAL = {"dt": "number?", **{key: "number?" for key in MEMORY_SERIES}}
+
+
 def load_result(path: str | Path) -> dict[str, Any]:
+    """A result saved by `accelport soak --save`, checked field by field (UserError naming the file and key)."""
     data = read_saved(path, "soak", RESULT_KIND)
     if data.get("verdict") not in ("pass", "fail"):
         raise UserError(f"{path}: soak result without a verdict; pass a file saved by `accelport soak --save FILE`")
+    check_fields(data, _SAVED_FIELDS, path, "soak")
+    for key, fit in data["slopes"].items():
+        if not isinstance(fit, dict):
+            raise UserError(f"{path}: soak result: 'slopes.{key}' must be an object; re-run `accelport soak --save FILE`")
+        check_fields(fit, _SAVED_SLOPE, path, "soak", where=f"slopes.{key}.")
+        check_fields(fit, {"relative": "number?"}, path, "soak", where=f"slopes.{key}.", optional=True)
+    for index, sample in enumerate(data["samples"]):
+        if not isinstance(sample, dict):
+            raise UserError(f"{path}: soak result: 'samples[{index}]' must be an object; re-run `accelport soak --save FILE`")
+        check_fields(sample, {"step": "number"}, path, "soak", where=f"samples[{index}].")
+        check_fields(sample, _SAVED_SAMPLE_OPTIONAL, path, "soak", where=f"samples[{index}].", optional=True)
+    if data["hang"] is not None:
+        check_fields(data["hang"], {"stacks": "str"}, path, "soak", where="hang.", optional=True)
     return data
 
 
