@@ -168,6 +168,12 @@ class CxxScanner(FileScanner):
         rb"|(?i:warp_?size)|__nv_|__ldg|\btex[123]D|\bsurf[123]D|nvrtc|NVRTC|cuComplex|cuFloatComplex|cuDoubleComplex"
     )
 
+    def wants(self, data: bytes) -> bool:
+        if super().wants(data):
+            return True
+        extra = catalogue().user_prefilter
+        return extra is not None and extra.search(data) is not None
+
     def scan(self, source: SourceFile) -> list[Finding]:
         return _FileScan(source, catalogue()).run()
 

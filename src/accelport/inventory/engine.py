@@ -17,6 +17,7 @@ from accelport import __version__, knowledge
 from accelport.errors import UserError
 from accelport.findings import BackendStatus, Effort, Finding, Report, SkippedFile, sorted_findings
 from accelport.inventory.base import ScanSkipped, SourceFile
+from accelport.inventory.cuda_api import catalogue
 from accelport.inventory.cxx import link_kernel_launches
 from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
 from accelport.inventory.route import summarise
@@ -189,6 +190,7 @@ def scan(
     knowledge.vendors()
     knowledge.torch_api()
     knowledge.packages()
+    catalogue()  # site [[cuda_api]] entries, checked even when the tree holds no C/C++
     found = discover(paths, excludes=excludes, respect_gitignore=respect_gitignore, max_file_size=max_file_size)
     if on_discovered:
         on_discovered(len(found.files))
