@@ -181,9 +181,10 @@ class CxxScanner(FileScanner):
 class _FileScan:
     """The state of scanning one file."""
 
-    def __init__(self, source: SourceFile, cat: Catalogue) -> None:
+    def __init__(self, source: SourceFile, cat: Catalogue, data: bytes | None = None) -> None:
         self.source = source
-        self.data = source.text.encode("utf-8")
+        # `data` is a same-length variant of the file (inactive #if branches blanked).
+        self.data = source.text.encode("utf-8") if data is None else data
         self.cat = cat
         self.pos = _Positions(self.data)
         self.findings: list[Finding] = []
@@ -223,13 +224,46 @@ class _FileScan:
     # ------------------------------------------------------------------ the scan
 
     def run(self) -> list[Finding]:
-        parser, query = _language()
-        from tree_sitter import QueryCursor
+        root, captures = _parse(self.data)
+        share = self._error_share(captures.get("error", []))
+        if share > MAX_ERROR_SHARE:
+            # Often an #if/#else whose branches each open a brace the other closes:
+            # scan each branch choice on its own rather than skip the file.
+            findings = self._scan_branch_variants(root)
+            if findings is not None:
+                return findings
+            raise ScanSkipped(
+                f"not parseable as C/C++/CUDA: syntax errors cover {share:.0%} of the file; "
+                "check that it is C/C++ source, or exclude it with --exclude"
+            )
+        return self._scan(root, captures)
 
-        tree = parser.parse(self.data)
-        root = tree.root_node
-        captures = QueryCursor(query).captures(root)
-        self._check_errors(root, captures.get("error", []))
+    def _scan_branch_variants(self, root) -> list[Finding] | None:
+        """Findings from every way of taking the file's #if branches, merged; None if none parses."""
+        mask = _code_mask(root)
+        groups, directives = _conditionals(self.data, mask)
+        if not groups:
+            return None
+        merged: dict[tuple, Finding] = {}
+        for variant in _branch_variants(self.data, groups, directives):
+            sub = _FileScan(self.source, self.cat, variant)
+            sub_root, sub_captures = _parse(variant)
+            if sub._error_share(sub_captures.get("error", []), kept_only=True) > MAX_ERROR_SHARE:
+                return None  # one branch choice is not C/C++ either: the file is skipped, not half-read
+            for finding in sub._scan(sub_root, sub_captures):
+                merged.setdefault(_finding_key(finding), finding)
+        # The directives were blanked in every variant: their conditions are looked at here.
+        for start, end, name in directives:
+            if name not in _CONDITION_DIRECTIVES:
+                continue
+            for match in _WORD.finditer(self.data, start, end):
+                word = match.group().decode("ascii")
+                if word in _ARCH_GUARDS and not _masked(mask, match.start()):
+                    finding = self.add("AP5009", match.span(), word)
+                    merged.setdefault(_finding_key(finding), finding)
+        return sorted(merged.values(), key=Finding.sort_key)
+
+    def _scan(self, root, captures) -> list[Finding]:
         self.device_functions = self._device_functions(captures.get("function", []))
         launches = self._launches(captures.get("launch", []))
         self._kernels(launches)
@@ -244,23 +278,21 @@ class _FileScan:
         self._finish_type_counts()
         return sorted(self.findings, key=Finding.sort_key)
 
-    def _check_errors(self, root, errors) -> None:
+    def _error_share(self, errors, *, kept_only: bool = False) -> float:
+        """The share of the file inside syntax errors; `kept_only`: of its non-blank bytes (for a variant)."""
         if not errors or not self.data:
-            return
+            return 0.0
         spans = sorted((e.start_byte, e.end_byte) for e in errors)
         covered = 0
         reach = -1
         for start, end in spans:  # union of (possibly nested) error spans
             if end <= reach:
                 continue
-            covered += end - max(start, reach)
+            start = max(start, reach)
+            covered += _solid(self.data[start:end]) if kept_only else end - start
             reach = end
-        share = covered / len(self.data)
-        if share > MAX_ERROR_SHARE:
-            raise ScanSkipped(
-                f"not parseable as C/C++/CUDA: syntax errors cover {share:.0%} of the file; "
-                "check that it is C/C++ source, or exclude it with --exclude"
-            )
+        total = _solid(self.data) if kept_only else len(self.data)
+        return covered / total if total else 0.0
 
     def _device_functions(self, functions) -> list[DeviceFunction]:
         found = []
@@ -612,6 +644,133 @@ def link_kernel_launches(findings: list[Finding]) -> list[Finding]:
         linked.append(finding)
     return linked
 
+
+
+# --------------------------------------------------------------------------- #if branches
+
+_CONDITION_DIRECTIVES = frozenset({"if", "ifdef", "ifndef", "elif", "elifdef", "elifndef"})
+_OPEN_DIRECTIVES = frozenset({"if", "ifdef", "ifndef"})
+_BRANCH_DIRECTIVES = frozenset({"elif", "elifdef", "elifndef", "else"})
+_MASKED_NODES = frozenset({"comment", "string_literal", "raw_string_literal", "char_literal", "system_lib_string"})
+# Variants scanned for a file whose #if branches do not parse together: branch 0, 1, ... of every group.
+MAX_BRANCH_VARIANTS = 4
+
+
+def _parse(data: bytes):
+    from tree_sitter import QueryCursor
+
+    parser, query = _language()
+    root = parser.parse(data).root_node
+    return root, QueryCursor(query).captures(root)
+
+
+def _solid(data: bytes) -> int:
+    """Bytes that are not blanks or line breaks."""
+    return len(data) - sum(data.count(c) for c in (b" ", b"\n", b"\t", b"\r"))
+
+
+def _finding_key(finding: Finding) -> tuple:
+    loc = finding.location
+    return (finding.rule_id, loc.line, loc.column, finding.symbol)
+
+
+def _code_mask(root) -> list[tuple[int, int]]:
+    """Sorted byte spans of comments and string/char literals: tree-sitter lexes them even inside ERROR nodes."""
+    spans = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type in _MASKED_NODES:
+            spans.append((node.start_byte, node.end_byte))
+        elif node.child_count:
+            stack.extend(node.children)
+    spans.sort()
+    return spans
+
+
+def _masked(spans: list[tuple[int, int]], offset: int) -> bool:
+    index = bisect_right(spans, (offset, float("inf"))) - 1
+    return index >= 0 and spans[index][0] <= offset < spans[index][1]
+
+
+@dataclass
+class _Group:
+    """One #if ... #endif: the byte span of each branch's body, and whether it has an #else."""
+
+    branches: list[tuple[int, int]] = field(default_factory=list)
+    has_else: bool = False
+    open_at: int = 0  # where the current branch's body starts
+
+
+def _conditionals(data: bytes, mask: list[tuple[int, int]]) -> tuple[list[_Group], list[tuple[int, int, str]]]:
+    """The file's conditional groups and its conditional directive lines (start, end, name).
+
+    A directive is a line whose first non-blank byte is `#` outside any comment or
+    string; backslash-continued lines belong to it.
+    """
+    groups: list[_Group] = []
+    stack: list[_Group] = []
+    directives: list[tuple[int, int, str]] = []
+    offset = 0
+    size = len(data)
+    while offset < size:
+        end = data.find(b"\n", offset)
+        end = size if end < 0 else end
+        while end < size and data[offset:end].rstrip(b"\r").endswith(b"\\"):
+            nxt = data.find(b"\n", end + 1)
+            end = size if nxt < 0 else nxt
+        line = data[offset:end]
+        stripped = line.lstrip(b" \t")
+        hash_at = offset + len(line) - len(stripped)
+        if stripped.startswith(b"#") and not _masked(mask, hash_at):
+            match = _WORD.match(stripped.lstrip(b"# \t")) if len(stripped) > 1 else None
+            name = match.group().decode("ascii") if match else ""
+            line_end = min(end + 1, size)
+            if name in _OPEN_DIRECTIVES:
+                group = _Group(open_at=line_end)
+                stack.append(group)
+                groups.append(group)
+                directives.append((offset, end, name))
+            elif name in _BRANCH_DIRECTIVES and stack:
+                group = stack[-1]
+                group.branches.append((group.open_at, offset))
+                group.open_at = line_end
+                group.has_else = group.has_else or name == "else"
+                directives.append((offset, end, name))
+            elif name == "endif" and stack:
+                group = stack.pop()
+                group.branches.append((group.open_at, offset))
+                directives.append((offset, end, name))
+        offset = end + 1
+    for group in stack:  # unterminated at the end of the file
+        group.branches.append((group.open_at, size))
+    return groups, directives
+
+
+_BLANKS = bytes(0x0A if byte == 0x0A else 0x20 for byte in range(256))
+
+
+def _blank(buffer: bytearray, start: int, end: int) -> None:
+    """Spaces over [start, end), newlines kept: offsets, lines and columns stay those of the file."""
+    end = min(end, len(buffer))
+    if start < end:
+        buffer[start:end] = bytes(buffer[start:end]).translate(_BLANKS)
+
+
+def _branch_variants(data: bytes, groups: list[_Group], directives: list[tuple[int, int, str]]):
+    """Copies of `data` taking branch k of every group (its last one, or none without #else, when it has fewer)."""
+    choices = max(len(g.branches) + (0 if g.has_else else 1) for g in groups)
+    for k in range(min(choices, MAX_BRANCH_VARIANTS)):
+        buffer = bytearray(data)
+        for start, end, _name in directives:
+            _blank(buffer, start, end)
+        for group in groups:
+            last = len(group.branches) - (1 if group.has_else else 0)  # == len(branches): the implicit empty #else
+            chosen = min(k, last)
+            for index, (start, end) in enumerate(group.branches):
+                if index != chosen:
+                    _blank(buffer, start, end)
+        yield bytes(buffer)
 
 # --------------------------------------------------------------------------- helpers
 
