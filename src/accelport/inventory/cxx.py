@@ -266,6 +266,7 @@ class _FileScan:
     def _scan(self, root, captures) -> list[Finding]:
         self.device_functions = self._device_functions(captures.get("function", []))
         launches = self._launches(captures.get("launch", []))
+        launches.update(self._macro_launches(captures.get("macro_body", []), _macro_names(captures)))
         self._kernels(launches)
         self._identifiers(root, captures.get("macro_body", []))
         self._includes(captures.get("include", []))
@@ -310,8 +311,13 @@ class _FileScan:
             found.append(DeviceFunction(name, node.start_byte, node.end_byte, node.start_point.row + 1, lines, kernel, node))
         return found
 
-    def _launches(self, configs) -> Counter[str]:
+    def _launches(self, configs, shift: int = 0, where: str = "") -> Counter[str]:
+        """AP5003 per `<<<...>>>` launch; `shift` maps nodes parsed from a macro body back into the file."""
         launches: Counter[str] = Counter()
+
+        def span(node) -> tuple[int, int]:
+            return node.start_byte + shift, node.end_byte + shift
+
         for config in configs:
             call = config.parent
             function = call.child_by_field_name("function") if call is not None else None
@@ -319,11 +325,33 @@ class _FileScan:
             launches[name.rsplit("::", 1)[-1]] += 1
             arguments = [c for c in config.named_children if c.type != "comment"]
             config_text = ", ".join(_squash(a.text) for a in arguments)
-            self.add("AP5003", call, name, message=f"kernel launch {name}<<<{config_text}>>>")
+            self.add("AP5003", span(call), name, message=f"kernel launch {name}<<<{config_text}>>>{where}")
             if len(arguments) >= 2 and _squash(arguments[1].text) in {"32", "dim3(32)", "dim3(32, 1)", "dim3(32, 1, 1)"}:
-                self.add("AP9103", arguments[1], name, backends=_warp_backends())
-            if self.device_function_at(call.start_byte) is not None:
-                self.add("AP9106", call, name, backends=_unsupported_off_cuda())
+                self.add("AP9103", span(arguments[1]), name, backends=_warp_backends())
+            if self.device_function_at(call.start_byte + shift) is not None:
+                self.add("AP9106", span(call), name, backends=_unsupported_off_cuda())
+        return launches
+
+    def _macro_launches(self, bodies, defines) -> Counter[str]:
+        """Launches written inside `#define` bodies, which tree-sitter keeps as unparsed text.
+
+        Each body holding `<<<` is parsed on its own as the body of a function, so a launch
+        is found by the grammar (not by pattern) and a `<<<` in a string stays text.
+        """
+        launches: Counter[str] = Counter()
+        names = {body.start_byte: name for name, body in defines}  # by position: nodes are not hashable keys
+        for body in bodies:
+            text = body.text
+            if b"<<<" not in text:
+                continue
+            code = _CONTINUATION.sub(b" ", text)
+            _root, captures = _parse(_MACRO_PREFIX + code + _MACRO_SUFFIX)
+            configs = captures.get("launch", [])
+            if not configs:
+                continue
+            macro = names.get(body.start_byte)
+            where = f" in macro {macro}" if macro else " in a macro"
+            launches.update(self._launches(configs, body.start_byte - len(_MACRO_PREFIX), where))
         return launches
 
     def _kernels(self, launches: Counter[str]) -> None:
@@ -662,6 +690,22 @@ def _parse(data: bytes):
     parser, query = _language()
     root = parser.parse(data).root_node
     return root, QueryCursor(query).captures(root)
+
+
+_MACRO_PREFIX = b"void __accelport_macro_body__(void) {\n"
+_MACRO_SUFFIX = b"\n;}\n"
+_CONTINUATION = re.compile(rb"\\(?=\r?\n)")
+
+
+def _macro_names(captures) -> list[tuple[str, Any]]:
+    """(macro name, body node) for object- and function-like #defines."""
+    pairs = []
+    for body in captures.get("macro_body", []):
+        define = body.parent
+        name = define.child_by_field_name("name") if define is not None else None
+        if name is not None:
+            pairs.append((name.text.decode("utf-8", errors="replace"), body))
+    return pairs
 
 
 def _solid(data: bytes) -> int:
