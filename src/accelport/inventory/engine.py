@@ -36,6 +36,7 @@ class FileResult:
     lines: int
     findings: tuple[Finding, ...] = ()
     skipped: str | None = None
+    skipped_parts: tuple[tuple[str, str], ...] = ()  # (part, reason): scanned, but these parts not
 
 
 def _declared_encoding(data: bytes) -> str | None:
@@ -86,7 +87,7 @@ def scan_file(candidate: Candidate) -> FileResult:
     except Exception as exc:  # a scanner bug must not lose the rest of the scan
         log.exception("%s scanner failed on %s", scanner.name, candidate.display)
         return FileResult(candidate.display, lines, skipped=f"internal error in the {scanner.name} scanner: {type(exc).__name__}: {exc}")
-    return FileResult(candidate.display, lines, tuple(findings))
+    return FileResult(candidate.display, lines, tuple(findings), skipped_parts=tuple(source.skipped_parts))
 
 
 def _scan_chunk(chunk: Sequence[Candidate]) -> list[FileResult]:
@@ -206,6 +207,7 @@ def scan(
             continue
         scanned += 1
         findings.extend(result.findings)
+        skipped.extend(SkippedFile(f"{result.display}!{part}", reason) for part, reason in result.skipped_parts)
     findings = link_kernel_launches(sorted_findings(findings))
     if target is not None:
         findings = retarget(findings, target)
