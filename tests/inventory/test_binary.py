@@ -149,6 +149,13 @@ def test_skipped_wheel_members_reach_the_report_and_the_exit_code(elf_dir, tmp_p
     assert cli("inventory", wheel, "--allow-skipped").code == 0
 
 
+def test_fatbin_member_of_a_wheel_is_read(tmp_path):
+    wheel = _wheel_with(tmp_path, {"k/kernels.fatbin": fatbin_blob(), "k/notes.fatbin": b"not a fatbin"})
+    [finding] = scan_bytes(wheel.name, wheel.read_bytes())
+    assert (finding.rule_id, finding.symbol) == ("AP7003", "compute_90 sm_80")
+    assert "k/kernels.fatbin" in finding.message
+
+
 def test_fatbin_parser_reads_every_entry_and_stops_at_garbage():
     entries = parse_fatbin(fatbin_blob() + b"\0" * 8 + fatbin_blob())
     assert [e.label for e in entries] == ["sm_80", "compute_90", "sm_80", "compute_90"]
