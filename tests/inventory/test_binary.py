@@ -95,6 +95,67 @@ def test_elf_inside_a_wheel_names_the_member(elf_dir, tmp_path):
     assert dependency.snippet.startswith("fastnorm-1.0.dist-info/METADATA:4:")
 
 
+def _wheel_with(tmp_path: Path, members: dict[str, bytes]) -> Path:
+    wheel = tmp_path / "parts-1.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, blob in members.items():
+            archive.writestr(name, blob)
+    return wheel
+
+
+@needs_gcc
+def test_wheel_member_over_the_cap_is_a_skipped_part_and_the_rest_is_scanned(elf_dir, tmp_path):
+    lib = (elf_dir / "libfastnorm.so").read_bytes()
+    wheel = _wheel_with(tmp_path, {"a/libfastnorm.so": lib, "b/libbig.so": lib + b"\0" * 4096})
+    scanner = BinaryScanner()
+    scanner.max_member_bytes = len(lib) + 1024  # a small cap: the padded copy is over it
+    source = SourceFile(wheel.name, wheel.read_bytes())
+    findings = scanner.scan(source)
+    assert {f.rule_id for f in findings} == {"AP7001", "AP7002", "AP7003"}
+    assert all("a/libfastnorm.so" in f.message for f in findings)
+    [(part, reason)] = source.skipped_parts
+    assert part == "b/libbig.so"
+    assert f"{len(lib) + 4096} bytes is over the {len(lib) + 1024} bytes limit" in reason
+
+
+@needs_gcc
+def test_truncated_and_corrupt_wheel_members_are_skipped_parts_with_reasons(elf_dir, tmp_path):
+    lib = (elf_dir / "libfastnorm.so").read_bytes()
+    corrupt = lib[:-1] + b"\x5a"  # marks the member so its bytes can be found and damaged below
+    wheel = _wheel_with(tmp_path, {"a/libfastnorm.so": lib, "c/libcut.so": lib[: len(lib) // 3], "d/libcrc.so": corrupt})
+    data = bytearray(wheel.read_bytes())
+    at = data.find(corrupt)
+    data[at + 100] ^= 0xFF  # the stored bytes no longer match the CRC in the directory
+    source = SourceFile(wheel.name, bytes(data))
+    findings = BinaryScanner().scan(source)
+    assert {f.rule_id for f in findings} == {"AP7001", "AP7002", "AP7003"}
+    reasons = dict(source.skipped_parts)
+    assert set(reasons) == {"c/libcut.so", "d/libcrc.so"}
+    assert "ELF" in reasons["c/libcut.so"] and "truncated" in reasons["c/libcut.so"]
+    assert "cannot be read" in reasons["d/libcrc.so"] and "CRC" in reasons["d/libcrc.so"]
+
+
+@needs_gcc
+def test_skipped_wheel_members_reach_the_report_and_the_exit_code(elf_dir, tmp_path, cli):
+    lib = (elf_dir / "libfastnorm.so").read_bytes()
+    wheel = _wheel_with(tmp_path, {"a/libfastnorm.so": lib, "c/libcut.so": lib[: len(lib) // 3]})
+    report = scan([str(wheel)], jobs=1)
+    assert report.files_scanned == 1
+    assert {f.rule_id for f in report.findings} == {"AP7001", "AP7002", "AP7003"}
+    assert [s.path for s in report.skipped] == [f"{wheel}!c/libcut.so"]
+    result = cli("inventory", wheel)
+    assert result.code == 1
+    assert f"{wheel}!c/libcut.so:" in result.out
+    assert cli("inventory", wheel, "--allow-skipped").code == 0
+
+
+def test_fatbin_member_of_a_wheel_is_read(tmp_path):
+    wheel = _wheel_with(tmp_path, {"k/kernels.fatbin": fatbin_blob(), "k/notes.fatbin": b"not a fatbin"})
+    [finding] = scan_bytes(wheel.name, wheel.read_bytes())
+    assert (finding.rule_id, finding.symbol) == ("AP7003", "compute_90 sm_80")
+    assert "k/kernels.fatbin" in finding.message
+
+
 def test_fatbin_parser_reads_every_entry_and_stops_at_garbage():
     entries = parse_fatbin(fatbin_blob() + b"\0" * 8 + fatbin_blob())
     assert [e.label for e in entries] == ["sm_80", "compute_90", "sm_80", "compute_90"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,59 @@ def test_site_entries_add_symbols():
     assert cat.lookup("myCudaHelper").rocm == "myHipHelper"
     with pytest.raises(UserError, match="unknown family"):
         Catalogue(knowledge.read_json("cuda_api/hipify_catalogue.json"), knowledge.read_toml("cuda_api/families.toml"), [{"symbol": "x", "family": "nope"}])
+
+
+@pytest.fixture
+def _site_files_reset():
+    yield
+    knowledge.set_user_files([])
+
+
+@pytest.mark.usefixtures("_site_files_reset")
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ('family = "runtime"\nrocm = "hipThing"', r"entry 2 lacks `symbol`"),
+        ('symbol = "myCudaThing"', r"entry 2 lacks `family`"),
+        ('symbol = ""\nfamily = "runtime"', r"`symbol` must be a non-empty string"),
+        ('symbol = "myCudaThing"\nfamily = "nope"', r"unknown family 'nope'"),
+        ('symbol = "myCudaThing"\nfamily = "runtime"\nkind = "macro"', r"`kind` must be"),
+        ('symbol = "myCudaThing"\nfamily = "runtime"\nrocm = 3', r"`rocm` must be a string"),
+    ],
+)
+def test_bad_site_cuda_api_entry_is_one_line_exit_2(cli, tmp_path, entry, message):
+    site = tmp_path / "site.toml"
+    # A good first entry, so the error must name the second one.
+    site.write_text(f'[[cuda_api]]\nsymbol = "okCudaThing"\nfamily = "runtime"\n\n[[cuda_api]]\n{entry}\n')
+    source = tmp_path / "app.cu"
+    source.write_text("void f() { cudaMalloc(0, 0); }\n")
+    result = cli("--knowledge", site, "inventory", source)
+    assert result.code == 2
+    assert "Traceback" not in result.err and "KeyError" not in result.err
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert str(site) in lines[0]
+    assert re.search(message, lines[0]), lines[0]
+
+
+@pytest.mark.usefixtures("_site_files_reset")
+def test_bad_site_cuda_api_entry_is_caught_for_a_python_only_tree(cli, tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text('[cuda_api]\nsymbol = "x"\nfamily = "runtime"\n')
+    source = tmp_path / "train.py"
+    source.write_text("import torch\ntorch.cuda.synchronize()\n")
+    result = cli("--knowledge", site, "inventory", source)
+    assert result.code == 2
+    assert f"{site}: `cuda_api` must be an array of tables" in result.err
+
+
+@pytest.mark.usefixtures("_site_files_reset")
+def test_good_site_cuda_api_entry_is_reported(cli, tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text('[[cuda_api]]\nsymbol = "myCudaHelper"\nfamily = "runtime"\nrocm = "myHipHelper"\n')
+    source = tmp_path / "app.cu"
+    source.write_text("void f() { myCudaHelper(); }\n// myCudaHelper() in a comment\n")
+    result = cli("--knowledge", site, "inventory", source, "--format", "json")
+    assert result.code == 0, result.err
+    found = [f for f in json.loads(result.out)["findings"] if f["symbol"] == "myCudaHelper"]
+    assert [f["location"]["line"] for f in found] == [1]

@@ -35,6 +35,9 @@ class SourceFile:
     tree: object | None = field(default=None, repr=False)
     _text: str | None = field(default=None, repr=False)
     _lines: list[str] | None = field(default=None, repr=False)
+    # Parts a scanner could not read while the rest of the file was scanned (a wheel's
+    # member): (part name, reason), reported as skipped `FILE!PART`.
+    skipped_parts: list[tuple[str, str]] = field(default_factory=list, repr=False)
 
     @property
     def text(self) -> str:

@@ -12,6 +12,7 @@ import io
 import re
 import struct
 import zipfile
+import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ FATBIN_WRAPPER_MAGIC = 0x466243B1  # __fatBinC_Wrapper_t in .nvFatBinSegment
 EM_CUDA = 190
 # An ELF member of a wheel larger than this is reported, not read into memory.
 MAX_MEMBER_BYTES = 256 * 1024 * 1024
+METADATA_MAX_BYTES = 4 * 1024 * 1024  # a wheel's METADATA file; larger is not metadata
 MAX_LISTED_SYMBOLS = 12
 
 # Undefined symbols worth a look even when the catalogue does not list them.
@@ -145,12 +147,13 @@ class BinaryScanner(FileScanner):
     suffixes = (".so", ".o", ".cubin", ".fatbin", ".whl", ".node")
     filename_patterns = (r".+\.so(?:\.\d+)+",)
     binary = True
+    max_member_bytes = MAX_MEMBER_BYTES
 
     def scan(self, source: SourceFile) -> list[Finding]:
         data = source.data
         name = source.display.lower()
         if data.startswith(ZIP_MAGIC) and name.endswith(".whl"):
-            return list(self._wheel(source.display, data))
+            return list(self._wheel(source, data))
         if name.endswith(".fatbin") and data[:4] == struct.pack("<I", FATBIN_MAGIC):
             return list(_fatbin_findings(source.display, "", parse_fatbin(data), (".fatbin file",)))
         if not data.startswith(ELF_MAGIC):
@@ -160,7 +163,9 @@ class BinaryScanner(FileScanner):
             raise ScanSkipped(f"{what}, not an ELF binary; nothing to inspect")
         return list(_elf_findings(source.display, "", read_elf(data)))
 
-    def _wheel(self, display: str, data: bytes) -> Iterator[Finding]:
+    def _wheel(self, source: SourceFile, data: bytes) -> Iterator[Finding]:
+        """Findings of a wheel's metadata and binary members; a member that cannot be read is a skipped part."""
+        display = source.display
         try:
             archive = zipfile.ZipFile(io.BytesIO(data))
             members = archive.infolist()
@@ -169,19 +174,39 @@ class BinaryScanner(FileScanner):
         for info in members:
             member = info.filename
             lower = member.lower()
-            if lower.endswith(".dist-info/metadata") and info.file_size < 4 * 1024 * 1024:
-                yield from _metadata_findings(display, member, archive.read(info))
+            metadata = lower.endswith(".dist-info/metadata")
+            if not (metadata or lower.endswith((".so", ".cubin", ".fatbin")) or re.search(r"\.so(\.\d+)+$", lower)):
                 continue
-            if not (lower.endswith((".so", ".cubin", ".fatbin")) or re.search(r"\.so(\.\d+)+$", lower)):
-                continue
-            if info.file_size > MAX_MEMBER_BYTES:
+            limit = METADATA_MAX_BYTES if metadata else self.max_member_bytes
+            if info.file_size > limit:
+                source.skipped_parts.append(
+                    (member, f"wheel member of {_size(info.file_size)} is over the {_size(limit)} limit for one member; not read")
+                )
                 continue
             try:
                 blob = archive.read(info)
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
-                raise ScanSkipped(f"wheel member {member} cannot be read ({exc})") from None
-            if blob.startswith(ELF_MAGIC):
-                yield from _elf_findings(display, member, read_elf(blob))
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, zlib.error) as exc:
+                source.skipped_parts.append((member, f"wheel member cannot be read ({exc}); the wheel may be truncated or corrupt"))
+                continue
+            if metadata:
+                yield from _metadata_findings(display, member, blob)
+            elif lower.endswith(".fatbin") and blob[:4] == struct.pack("<I", FATBIN_MAGIC):
+                yield from _fatbin_findings(display, member, parse_fatbin(blob), (".fatbin file",))
+            elif blob.startswith(ELF_MAGIC):
+                try:
+                    facts = read_elf(blob)
+                except ScanSkipped as exc:
+                    source.skipped_parts.append((member, f"wheel member: {exc}"))
+                    continue
+                yield from _elf_findings(display, member, facts)
+
+
+def _size(count: int) -> str:
+    if count >= 1024 * 1024 and count % (1024 * 1024) == 0:
+        return f"{count // (1024 * 1024)} MiB"
+    if count >= 1024 * 1024:
+        return f"{count / (1024 * 1024):.1f} MiB"
+    return f"{count} bytes"
 
 
 def _metadata_findings(display: str, member: str, metadata: bytes) -> Iterator[Finding]:

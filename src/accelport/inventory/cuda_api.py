@@ -145,6 +145,12 @@ class Catalogue:
             if entry.get("family") not in self.families:
                 raise UserError(f"[[cuda_api]] {entry.get('symbol')!r}: unknown family {entry.get('family')!r}; known: {', '.join(sorted(self.families))}")
             self._user[entry["symbol"]] = entry
+        # Site symbols need not contain "cuda": scanners' byte prefilters must also look for them.
+        self.user_prefilter = (
+            re.compile(b"|".join(re.escape(sym.encode()) for sym in sorted(self._user, key=len, reverse=True)))
+            if self._user
+            else None
+        )
         self._explicit = {sym: fam for fam in self.families.values() for sym in fam.symbols}
         # Longest namespace first so `nvcuda::wmma` wins over `wmma`.
         self._namespaces = sorted(
@@ -255,7 +261,39 @@ def catalogue() -> Catalogue:
     """The catalogue, with site `[[cuda_api]]` entries applied."""
     hipify = knowledge.read_json("cuda_api/hipify_catalogue.json")
     families = knowledge.read_toml("cuda_api/families.toml")
+    known_families = set(families["family"])
     user: list[Mapping] = []
-    for _path, data in knowledge._user_data():
-        user.extend(data.get("cuda_api", []))
+    for path, data in knowledge._user_data():
+        user.extend(_checked_user_entries(path, data.get("cuda_api", []), known_families))
     return Catalogue(hipify, families, user)
+
+
+_USER_FIELDS = {"symbol": "the CUDA name", "family": "a family key"}
+_USER_OPTIONAL = ("kind", "rocm", "note")
+
+
+def _checked_user_entries(path: object, entries: object, known_families: set[str]) -> list[Mapping]:
+    """A site file's `[[cuda_api]]` tables, each checked; a bad one is a UserError naming the file and key."""
+    if not isinstance(entries, list):
+        raise UserError(f"{path}: `cuda_api` must be an array of tables; write each entry as [[cuda_api]]")
+    checked = []
+    for number, entry in enumerate(entries, 1):
+        where = f"{path}: [[cuda_api]] entry {number}"
+        if not isinstance(entry, Mapping):
+            raise UserError(f"{where} must be a table with `symbol` and `family`")
+        for key, what in _USER_FIELDS.items():
+            if key not in entry:
+                raise UserError(f"{where} lacks `{key}`; add {key} = \"...\" ({what})")
+            if not isinstance(entry[key], str) or not entry[key].strip():
+                raise UserError(f"{where}: `{key}` must be a non-empty string, got {entry[key]!r}")
+        for key in _USER_OPTIONAL:
+            if key in entry and not isinstance(entry[key], str):
+                raise UserError(f"{where}: `{key}` must be a string, got {entry[key]!r}")
+        if entry.get("kind", "function") not in ("function", "type"):
+            raise UserError(f"{where}: `kind` must be \"function\" or \"type\", got {entry['kind']!r}")
+        if entry["family"] not in known_families:
+            raise UserError(
+                f"{where} ({entry['symbol']!r}): unknown family {entry['family']!r}; known: {', '.join(sorted(known_families))}"
+            )
+        checked.append(entry)
+    return checked

@@ -168,6 +168,12 @@ class CxxScanner(FileScanner):
         rb"|(?i:warp_?size)|__nv_|__ldg|\btex[123]D|\bsurf[123]D|nvrtc|NVRTC|cuComplex|cuFloatComplex|cuDoubleComplex"
     )
 
+    def wants(self, data: bytes) -> bool:
+        if super().wants(data):
+            return True
+        extra = catalogue().user_prefilter
+        return extra is not None and extra.search(data) is not None
+
     def scan(self, source: SourceFile) -> list[Finding]:
         return _FileScan(source, catalogue()).run()
 
@@ -175,9 +181,10 @@ class CxxScanner(FileScanner):
 class _FileScan:
     """The state of scanning one file."""
 
-    def __init__(self, source: SourceFile, cat: Catalogue) -> None:
+    def __init__(self, source: SourceFile, cat: Catalogue, data: bytes | None = None) -> None:
         self.source = source
-        self.data = source.text.encode("utf-8")
+        # `data` is a same-length variant of the file (inactive #if branches blanked).
+        self.data = source.text.encode("utf-8") if data is None else data
         self.cat = cat
         self.pos = _Positions(self.data)
         self.findings: list[Finding] = []
@@ -217,15 +224,49 @@ class _FileScan:
     # ------------------------------------------------------------------ the scan
 
     def run(self) -> list[Finding]:
-        parser, query = _language()
-        from tree_sitter import QueryCursor
+        root, captures = _parse(self.data)
+        share = self._error_share(captures.get("error", []))
+        if share > MAX_ERROR_SHARE:
+            # Often an #if/#else whose branches each open a brace the other closes:
+            # scan each branch choice on its own rather than skip the file.
+            findings = self._scan_branch_variants(root)
+            if findings is not None:
+                return findings
+            raise ScanSkipped(
+                f"not parseable as C/C++/CUDA: syntax errors cover {share:.0%} of the file; "
+                "check that it is C/C++ source, or exclude it with --exclude"
+            )
+        return self._scan(root, captures)
 
-        tree = parser.parse(self.data)
-        root = tree.root_node
-        captures = QueryCursor(query).captures(root)
-        self._check_errors(root, captures.get("error", []))
+    def _scan_branch_variants(self, root) -> list[Finding] | None:
+        """Findings from every way of taking the file's #if branches, merged; None if none parses."""
+        mask = _code_mask(root)
+        groups, directives = _conditionals(self.data, mask)
+        if not groups:
+            return None
+        merged: dict[tuple, Finding] = {}
+        for variant in _branch_variants(self.data, groups, directives):
+            sub = _FileScan(self.source, self.cat, variant)
+            sub_root, sub_captures = _parse(variant)
+            if sub._error_share(sub_captures.get("error", []), kept_only=True) > MAX_ERROR_SHARE:
+                return None  # one branch choice is not C/C++ either: the file is skipped, not half-read
+            for finding in sub._scan(sub_root, sub_captures):
+                merged.setdefault(_finding_key(finding), finding)
+        # The directives were blanked in every variant: their conditions are looked at here.
+        for start, end, name in directives:
+            if name not in _CONDITION_DIRECTIVES:
+                continue
+            for match in _WORD.finditer(self.data, start, end):
+                word = match.group().decode("ascii")
+                if word in _ARCH_GUARDS and not _masked(mask, match.start()):
+                    finding = self.add("AP5009", match.span(), word)
+                    merged.setdefault(_finding_key(finding), finding)
+        return sorted(merged.values(), key=Finding.sort_key)
+
+    def _scan(self, root, captures) -> list[Finding]:
         self.device_functions = self._device_functions(captures.get("function", []))
         launches = self._launches(captures.get("launch", []))
+        launches.update(self._macro_launches(captures.get("macro_body", []), _macro_names(captures)))
         self._kernels(launches)
         self._identifiers(root, captures.get("macro_body", []))
         self._includes(captures.get("include", []))
@@ -238,23 +279,21 @@ class _FileScan:
         self._finish_type_counts()
         return sorted(self.findings, key=Finding.sort_key)
 
-    def _check_errors(self, root, errors) -> None:
+    def _error_share(self, errors, *, kept_only: bool = False) -> float:
+        """The share of the file inside syntax errors; `kept_only`: of its non-blank bytes (for a variant)."""
         if not errors or not self.data:
-            return
+            return 0.0
         spans = sorted((e.start_byte, e.end_byte) for e in errors)
         covered = 0
         reach = -1
         for start, end in spans:  # union of (possibly nested) error spans
             if end <= reach:
                 continue
-            covered += end - max(start, reach)
+            start = max(start, reach)
+            covered += _solid(self.data[start:end]) if kept_only else end - start
             reach = end
-        share = covered / len(self.data)
-        if share > MAX_ERROR_SHARE:
-            raise ScanSkipped(
-                f"not parseable as C/C++/CUDA: syntax errors cover {share:.0%} of the file; "
-                "check that it is C/C++ source, or exclude it with --exclude"
-            )
+        total = _solid(self.data) if kept_only else len(self.data)
+        return covered / total if total else 0.0
 
     def _device_functions(self, functions) -> list[DeviceFunction]:
         found = []
@@ -272,8 +311,13 @@ class _FileScan:
             found.append(DeviceFunction(name, node.start_byte, node.end_byte, node.start_point.row + 1, lines, kernel, node))
         return found
 
-    def _launches(self, configs) -> Counter[str]:
+    def _launches(self, configs, shift: int = 0, where: str = "") -> Counter[str]:
+        """AP5003 per `<<<...>>>` launch; `shift` maps nodes parsed from a macro body back into the file."""
         launches: Counter[str] = Counter()
+
+        def span(node) -> tuple[int, int]:
+            return node.start_byte + shift, node.end_byte + shift
+
         for config in configs:
             call = config.parent
             function = call.child_by_field_name("function") if call is not None else None
@@ -281,11 +325,33 @@ class _FileScan:
             launches[name.rsplit("::", 1)[-1]] += 1
             arguments = [c for c in config.named_children if c.type != "comment"]
             config_text = ", ".join(_squash(a.text) for a in arguments)
-            self.add("AP5003", call, name, message=f"kernel launch {name}<<<{config_text}>>>")
+            self.add("AP5003", span(call), name, message=f"kernel launch {name}<<<{config_text}>>>{where}")
             if len(arguments) >= 2 and _squash(arguments[1].text) in {"32", "dim3(32)", "dim3(32, 1)", "dim3(32, 1, 1)"}:
-                self.add("AP9103", arguments[1], name, backends=_warp_backends())
-            if self.device_function_at(call.start_byte) is not None:
-                self.add("AP9106", call, name, backends=_unsupported_off_cuda())
+                self.add("AP9103", span(arguments[1]), name, backends=_warp_backends())
+            if self.device_function_at(call.start_byte + shift) is not None:
+                self.add("AP9106", span(call), name, backends=_unsupported_off_cuda())
+        return launches
+
+    def _macro_launches(self, bodies, defines) -> Counter[str]:
+        """Launches written inside `#define` bodies, which tree-sitter keeps as unparsed text.
+
+        Each body holding `<<<` is parsed on its own as the body of a function, so a launch
+        is found by the grammar (not by pattern) and a `<<<` in a string stays text.
+        """
+        launches: Counter[str] = Counter()
+        names = {body.start_byte: name for name, body in defines}  # by position: nodes are not hashable keys
+        for body in bodies:
+            text = body.text
+            if b"<<<" not in text:
+                continue
+            code = _CONTINUATION.sub(b" ", text)
+            _root, captures = _parse(_MACRO_PREFIX + code + _MACRO_SUFFIX)
+            configs = captures.get("launch", [])
+            if not configs:
+                continue
+            macro = names.get(body.start_byte)
+            where = f" in macro {macro}" if macro else " in a macro"
+            launches.update(self._launches(configs, body.start_byte - len(_MACRO_PREFIX), where))
         return launches
 
     def _kernels(self, launches: Counter[str]) -> None:
@@ -606,6 +672,149 @@ def link_kernel_launches(findings: list[Finding]) -> list[Finding]:
         linked.append(finding)
     return linked
 
+
+
+# --------------------------------------------------------------------------- #if branches
+
+_CONDITION_DIRECTIVES = frozenset({"if", "ifdef", "ifndef", "elif", "elifdef", "elifndef"})
+_OPEN_DIRECTIVES = frozenset({"if", "ifdef", "ifndef"})
+_BRANCH_DIRECTIVES = frozenset({"elif", "elifdef", "elifndef", "else"})
+_MASKED_NODES = frozenset({"comment", "string_literal", "raw_string_literal", "char_literal", "system_lib_string"})
+# Variants scanned for a file whose #if branches do not parse together: branch 0, 1, ... of every group.
+MAX_BRANCH_VARIANTS = 4
+
+
+def _parse(data: bytes):
+    from tree_sitter import QueryCursor
+
+    parser, query = _language()
+    root = parser.parse(data).root_node
+    return root, QueryCursor(query).captures(root)
+
+
+_MACRO_PREFIX = b"void __accelport_macro_body__(void) {\n"
+_MACRO_SUFFIX = b"\n;}\n"
+_CONTINUATION = re.compile(rb"\\(?=\r?\n)")
+
+
+def _macro_names(captures) -> list[tuple[str, Any]]:
+    """(macro name, body node) for object- and function-like #defines."""
+    pairs = []
+    for body in captures.get("macro_body", []):
+        define = body.parent
+        name = define.child_by_field_name("name") if define is not None else None
+        if name is not None:
+            pairs.append((name.text.decode("utf-8", errors="replace"), body))
+    return pairs
+
+
+def _solid(data: bytes) -> int:
+    """Bytes that are not blanks or line breaks."""
+    return len(data) - sum(data.count(c) for c in (b" ", b"\n", b"\t", b"\r"))
+
+
+def _finding_key(finding: Finding) -> tuple:
+    loc = finding.location
+    return (finding.rule_id, loc.line, loc.column, finding.symbol)
+
+
+def _code_mask(root) -> list[tuple[int, int]]:
+    """Sorted byte spans of comments and string/char literals: tree-sitter lexes them even inside ERROR nodes."""
+    spans = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type in _MASKED_NODES:
+            spans.append((node.start_byte, node.end_byte))
+        elif node.child_count:
+            stack.extend(node.children)
+    spans.sort()
+    return spans
+
+
+def _masked(spans: list[tuple[int, int]], offset: int) -> bool:
+    index = bisect_right(spans, (offset, float("inf"))) - 1
+    return index >= 0 and spans[index][0] <= offset < spans[index][1]
+
+
+@dataclass
+class _Group:
+    """One #if ... #endif: the byte span of each branch's body, and whether it has an #else."""
+
+    branches: list[tuple[int, int]] = field(default_factory=list)
+    has_else: bool = False
+    open_at: int = 0  # where the current branch's body starts
+
+
+def _conditionals(data: bytes, mask: list[tuple[int, int]]) -> tuple[list[_Group], list[tuple[int, int, str]]]:
+    """The file's conditional groups and its conditional directive lines (start, end, name).
+
+    A directive is a line whose first non-blank byte is `#` outside any comment or
+    string; backslash-continued lines belong to it.
+    """
+    groups: list[_Group] = []
+    stack: list[_Group] = []
+    directives: list[tuple[int, int, str]] = []
+    offset = 0
+    size = len(data)
+    while offset < size:
+        end = data.find(b"\n", offset)
+        end = size if end < 0 else end
+        while end < size and data[offset:end].rstrip(b"\r").endswith(b"\\"):
+            nxt = data.find(b"\n", end + 1)
+            end = size if nxt < 0 else nxt
+        line = data[offset:end]
+        stripped = line.lstrip(b" \t")
+        hash_at = offset + len(line) - len(stripped)
+        if stripped.startswith(b"#") and not _masked(mask, hash_at):
+            match = _WORD.match(stripped.lstrip(b"# \t")) if len(stripped) > 1 else None
+            name = match.group().decode("ascii") if match else ""
+            line_end = min(end + 1, size)
+            if name in _OPEN_DIRECTIVES:
+                group = _Group(open_at=line_end)
+                stack.append(group)
+                groups.append(group)
+                directives.append((offset, end, name))
+            elif name in _BRANCH_DIRECTIVES and stack:
+                group = stack[-1]
+                group.branches.append((group.open_at, offset))
+                group.open_at = line_end
+                group.has_else = group.has_else or name == "else"
+                directives.append((offset, end, name))
+            elif name == "endif" and stack:
+                group = stack.pop()
+                group.branches.append((group.open_at, offset))
+                directives.append((offset, end, name))
+        offset = end + 1
+    for group in stack:  # unterminated at the end of the file
+        group.branches.append((group.open_at, size))
+    return groups, directives
+
+
+_BLANKS = bytes(0x0A if byte == 0x0A else 0x20 for byte in range(256))
+
+
+def _blank(buffer: bytearray, start: int, end: int) -> None:
+    """Spaces over [start, end), newlines kept: offsets, lines and columns stay those of the file."""
+    end = min(end, len(buffer))
+    if start < end:
+        buffer[start:end] = bytes(buffer[start:end]).translate(_BLANKS)
+
+
+def _branch_variants(data: bytes, groups: list[_Group], directives: list[tuple[int, int, str]]):
+    """Copies of `data` taking branch k of every group (its last one, or none without #else, when it has fewer)."""
+    choices = max(len(g.branches) + (0 if g.has_else else 1) for g in groups)
+    for k in range(min(choices, MAX_BRANCH_VARIANTS)):
+        buffer = bytearray(data)
+        for start, end, _name in directives:
+            _blank(buffer, start, end)
+        for group in groups:
+            last = len(group.branches) - (1 if group.has_else else 0)  # == len(branches): the implicit empty #else
+            chosen = min(k, last)
+            for index, (start, end) in enumerate(group.branches):
+                if index != chosen:
+                    _blank(buffer, start, end)
+        yield bytes(buffer)
 
 # --------------------------------------------------------------------------- helpers
 

@@ -16,6 +16,7 @@ from accelport import __version__, knowledge
 from accelport.errors import UserError
 from accelport.findings import BackendStatus, Effort, Finding, Report, SkippedFile, sorted_findings
 from accelport.inventory.base import ScanSkipped, SourceFile
+from accelport.inventory.cuda_api import catalogue
 from accelport.inventory.cxx import link_kernel_launches
 from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
 from accelport.inventory.route import summarise
@@ -34,6 +35,7 @@ class FileResult:
     lines: int
     findings: tuple[Finding, ...] = ()
     skipped: str | None = None
+    skipped_parts: tuple[tuple[str, str], ...] = ()  # (part, reason): scanned, but these parts not
 
 
 def _declared_encoding(data: bytes) -> str | None:
@@ -84,7 +86,7 @@ def scan_file(candidate: Candidate) -> FileResult:
     except Exception as exc:  # a scanner bug must not lose the rest of the scan
         log.exception("%s scanner failed on %s", scanner.name, candidate.display)
         return FileResult(candidate.display, lines, skipped=f"internal error in the {scanner.name} scanner: {type(exc).__name__}: {exc}")
-    return FileResult(candidate.display, lines, tuple(findings))
+    return FileResult(candidate.display, lines, tuple(findings), skipped_parts=tuple(source.skipped_parts))
 
 
 def _scan_chunk(chunk: Sequence[Candidate]) -> list[FileResult]:
@@ -241,6 +243,7 @@ def scan(
     knowledge.vendors()
     knowledge.torch_api()
     knowledge.packages()
+    catalogue()  # site [[cuda_api]] entries, checked even when the tree holds no C/C++
     found = discover(paths, excludes=excludes, respect_gitignore=respect_gitignore, max_file_size=max_file_size)
     if on_discovered:
         on_discovered(len(found.files))
@@ -256,6 +259,7 @@ def scan(
             continue
         scanned += 1
         findings.extend(result.findings)
+        skipped.extend(SkippedFile(f"{result.display}!{part}", reason) for part, reason in result.skipped_parts)
     findings = link_kernel_launches(sorted_findings(findings))
     if target is not None:
         findings = retarget(findings, target)

@@ -18,6 +18,8 @@ from accelport.findings import (
 
 # Kernel definitions (inventory/cxx.py); their `replacement` names a portable operator when one is known.
 KERNEL_RULE = "AP5001"
+# A CUDA library header include: the library's calls and types are counted where they are used.
+LIBRARY_HEADER_RULE = "AP4010"
 
 
 @knowledge.derived_cache
@@ -46,6 +48,32 @@ def estimate(findings: Iterable[Finding]) -> EffortEstimate:
     return EffortEstimate(by_level, low, high)
 
 
+def roll_up(findings: Iterable[Finding]) -> dict[str, int]:
+    """The route-B counts: kernels defined (and how many have a portable operator), library uses, hazards.
+
+    A library header include (AP4010) is not a use: the calls and types it brings in are
+    counted where they appear. Hazards count every semantic-hazard finding, route A or B.
+    """
+    kernels = covered = uses = hazards = 0
+    families: set[str] = set()
+    for finding in findings:
+        if finding.rule_id == KERNEL_RULE:
+            kernels += 1
+            covered += bool(finding.replacement)
+        elif finding.category is Category.LIBRARY_CALL and finding.rule_id != LIBRARY_HEADER_RULE:
+            uses += 1
+            families.add(finding.family)
+        elif finding.category is Category.SEMANTIC_HAZARD:
+            hazards += 1
+    return {
+        "kernels": kernels,
+        "kernels_covered": covered,
+        "library_uses": uses,
+        "library_families": len(families),
+        "hazards": hazards,
+    }
+
+
 def decide(findings: Sequence[Finding], effort: EffortEstimate) -> RouteDecision:
     """Route A unless operators must be rewritten (B); C when that route-B work is large."""
     if not findings:
@@ -58,20 +86,20 @@ def decide(findings: Sequence[Finding], effort: EffortEstimate) -> RouteDecision
     if framework:
         reasons.append(f"{framework} framework-API finding(s); {autofix} of all findings are fixed by `accelport migrate`")
     b_findings = [f for f in findings if f.route is not Route.A]
+    counts = roll_up(findings)
     if not b_findings:
+        if counts["hazards"]:
+            reasons.append(f"{counts['hazards']} semantic hazard(s) to review")
         reasons.append("no kernels, CUDA libraries, extensions or CUDA-only packages: a framework-level port is enough")
         return RouteDecision(Route.A, tuple(reasons))
     b_categories = Counter(f.category for f in b_findings)
     described = ", ".join(f"{n} {c.title}" for c, n in sorted(b_categories.items(), key=lambda kv: kv[0].digit))
     reasons.append(f"operator-level work: {described}")
-    kernels = [f for f in b_findings if f.rule_id == KERNEL_RULE]
-    if kernels:
-        covered = sum(1 for f in kernels if f.replacement)
-        libraries = by_category[Category.LIBRARY_CALL]
-        hazards = by_category[Category.SEMANTIC_HAZARD]
+    if counts["kernels"] or counts["library_uses"] or counts["hazards"]:
         reasons.append(
-            f"{len(kernels)} hand-written CUDA kernel(s), {covered} with a portable accelport operator; "
-            f"{libraries} CUDA library call(s); {hazards} semantic hazard(s) to review"
+            f"{counts['kernels']} hand-written CUDA kernel(s), {counts['kernels_covered']} with a portable accelport operator; "
+            f"{counts['library_uses']} CUDA library call/type use(s) in {_libraries(counts['library_families'])}; "
+            f"{counts['hazards']} semantic hazard(s) to review"
         )
     settings = _settings()["route"]
     b_effort = estimate(b_findings)
@@ -102,3 +130,7 @@ def summarise(findings: Sequence[Finding]) -> tuple[RouteDecision, EffortEstimat
         files.append(FileSummary(path, len(items), decide(items, effort), effort))
     effort = estimate(findings)
     return decide(findings, effort), effort, files
+
+
+def _libraries(count: int) -> str:
+    return f"{count} library" if count == 1 else f"{count} libraries"
