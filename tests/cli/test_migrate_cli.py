@@ -111,7 +111,7 @@ def test_write_refuses_an_unwritable_change_list_before_touching_sources(cli, re
     before = snapshot(repo)
     refused = cli("migrate", repo, "--write", "--changes", changes)
     assert refused.code == 2, refused.err
-    assert "--changes " in refused.err and str(changes) in refused.err
+    assert "--changes " in refused.err and str(changes.with_suffix("")) in refused.err
     assert refused.err.count("\n") == 1 and "Traceback" not in refused.err
     assert snapshot(repo) == before
 
