@@ -24,7 +24,7 @@ import contextlib
 import os
 import sys
 
-from accelport.cli._output import Progress, Style, emit, use_color
+from accelport.cli._output import Progress, Style, emit, output_problem, use_color
 from accelport.errors import UserError
 
 ORDER = 20
@@ -92,18 +92,7 @@ def _change_list_paths(json_path: str) -> tuple[str, str]:
 
 def _check_writable(path: str) -> None:
     """Refuse a change-list path that cannot be written, before anything is migrated."""
-    problem = None
-    if os.path.isdir(path):
-        problem = "is a directory"
-    else:
-        # The file is replaced by a rename from its folder: the nearest existing folder must be writable.
-        parent = os.path.dirname(os.path.abspath(path))
-        while not os.path.lexists(parent):
-            parent = os.path.dirname(parent)
-        if not os.path.isdir(parent):
-            problem = f"cannot be created ({parent} is not a directory)"
-        elif not os.access(parent, os.W_OK | os.X_OK):
-            problem = f"cannot be created ({parent} is not writable)"
+    problem = output_problem(path)
     if problem:
         raise UserError(f"--changes {path}: {problem}; give a writable FILE.json, or '-' for no change list")
 
