@@ -5,11 +5,22 @@ The implementation lives in `accelport.runtime.compat`; see its docstring and do
 
 from accelport.runtime.compat import (
     CpuEvent,
+    CpuStream,
     Event,
     backfill,
+    current_stream,
     device,
     is_bf16_supported,
     visible_devices_var,
 )
 
-__all__ = ["CpuEvent", "Event", "backfill", "device", "is_bf16_supported", "visible_devices_var"]
+__all__ = [
+    "CpuEvent",
+    "CpuStream",
+    "Event",
+    "backfill",
+    "current_stream",
+    "device",
+    "is_bf16_supported",
+    "visible_devices_var",
+]

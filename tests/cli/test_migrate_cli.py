@@ -96,6 +96,41 @@ def test_write_refuses_a_dirty_tree_even_where_it_writes_nothing(cli, repo):
     assert "DEVICE" not in (repo / "train.py").read_text()
 
 
+@pytest.mark.parametrize("where", ["under_a_file", "a_directory", "md_is_a_directory"])
+def test_write_refuses_an_unwritable_change_list_before_touching_sources(cli, repo, tmp_path, where):
+    blocker = tmp_path / "blocker"
+    if where == "under_a_file":
+        blocker.write_text("a file, not a folder\n")
+        changes = blocker / "changes.json"
+    elif where == "a_directory":
+        changes = tmp_path / "changes.json"
+        changes.mkdir()
+    else:
+        changes = tmp_path / "changes.json"
+        (tmp_path / "changes.md").mkdir()
+    before = snapshot(repo)
+    refused = cli("migrate", repo, "--write", "--changes", changes)
+    assert refused.code == 2, refused.err
+    assert "--changes " in refused.err and str(changes.with_suffix("")) in refused.err
+    assert refused.err.count("\n") == 1 and "Traceback" not in refused.err
+    assert snapshot(repo) == before
+
+
+def test_a_change_list_that_fails_late_still_leaves_sources_alone(cli, repo, tmp_path, monkeypatch):
+    """Should the path become unwritable after the early check, the staged change list still fails first."""
+    import accelport.cli.migrate as command
+
+    monkeypatch.setattr(command, "_check_writable", lambda path: None)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder\n")
+    before = snapshot(repo)
+    refused = cli("migrate", repo, "--write", "--changes", blocker / "changes.json")
+    assert refused.code == 2 and "--changes " in refused.err and "nothing was changed" in refused.err
+    assert refused.err.count("\n") == 1
+    assert snapshot(repo) == before
+    assert list(tmp_path.glob("**/*.tmp")) == []
+
+
 def test_write_outside_git_needs_force(cli, app):
     refused = cli("migrate", app, "--write", "--changes", "-")
     assert refused.code == 2 and "not in a git work tree" in refused.err

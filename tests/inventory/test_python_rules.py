@@ -223,6 +223,12 @@ CASES = [
         "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nm = DDP(torch.nn.Linear(2, 2))\n",
     ),
     (
+        "AP1302",
+        "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nm = DDP(\n    torch.nn.Linear(2, 2),\n    output_device=0,\n)\n",
+        5,
+        'import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nm = DDP(torch.nn.Linear(2, 2), output_device=0 if d.type != "cpu" else None)\n',
+    ),
+    (
         "AP1303",
         "import torch.nn as nn\nm = nn.DataParallel(nn.Linear(2, 2))\n",
         2,

@@ -64,7 +64,9 @@ def test_compat_is_importable_as_documented():
     import accelport.runtime.compat as implementation
 
     assert compat.Event is implementation.Event
-    assert set(compat.__all__) == {"CpuEvent", "Event", "backfill", "device", "is_bf16_supported", "visible_devices_var"}
+    assert set(compat.__all__) == {
+        "CpuEvent", "CpuStream", "Event", "backfill", "current_stream", "device", "is_bf16_supported", "visible_devices_var",
+    }
 
 
 def test_backfill_does_nothing_on_a_torch_that_has_the_apis():
@@ -87,3 +89,18 @@ def test_accelerator_backfill_behaves_like_torch_accelerator_without_an_accelera
         pass
     # Migrated code's device line works on it as on torch 2.13.
     assert (stand_in.current_accelerator() or torch.device("cpu")) == torch.device("cpu")
+
+
+def test_current_stream_on_the_cpu_waits_at_once():
+    stream = compat.current_stream()
+    assert isinstance(stream, compat.CpuStream)
+    assert compat.current_stream("cpu").device == torch.device("cpu")
+    side = torch.Stream("cpu")  # what migrate writes for torch.cuda.Stream()
+    with side:
+        pass
+    stream.wait_stream(side)
+    stream.synchronize()
+    assert stream.query()
+    event = stream.record_event(compat.Event(enable_timing=True))
+    stream.wait_event(event)
+    assert event.query()

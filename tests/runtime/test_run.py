@@ -113,3 +113,27 @@ def test_a_device_this_machine_lacks_stops_the_program_with_one_line(tmp_path):
     assert "ran" not in done.stdout
     assert "accelport run: --device npu: no such accelerator here (current accelerator: none)" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--device", "bogus", "--device bogus: not a device type; use one of cpu, cuda,"),
+        ("--device", "npu:first", "--device npu:first: the index after ':' must be a number"),
+        ("--inventory", "BLOCKER/inv.json", "--inventory BLOCKER/inv.json: cannot be created"),
+        ("--inventory", "FOLDER", "--inventory FOLDER: is a directory"),
+    ],
+)
+def test_bad_options_stop_before_the_program_starts(cli, tmp_path, option, value, expected):
+    (tmp_path / "BLOCKER").write_text("a file, not a folder\n")
+    (tmp_path / "FOLDER").mkdir()
+    value = value.replace("BLOCKER", str(tmp_path / "BLOCKER")).replace("FOLDER", str(tmp_path / "FOLDER"))
+    expected = expected.replace("BLOCKER", str(tmp_path / "BLOCKER")).replace("FOLDER", str(tmp_path / "FOLDER"))
+    marker = tmp_path / "ran"
+    extra = ["--inventory", "-"] if option == "--device" else []
+    result = cli("run", option, value, *extra, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w').close()")
+    assert result.code == 2
+    assert expected in result.err and result.err.count("\n") == 1 and "Traceback" not in result.err
+    if value == "bogus":
+        assert "npu" in result.err and "xpu" in result.err  # the valid device types are named
+    assert not marker.exists()

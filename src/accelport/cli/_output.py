@@ -11,19 +11,47 @@ from accelport.errors import UserError
 from accelport.fileio import atomic_write_bytes, atomic_write_text
 
 
-def emit(content: str | bytes, output: str | None) -> None:
-    """Print `content`, or write it atomically to `output` when one is given ('-' is stdout)."""
+def output_problem(path: str) -> str | None:
+    """Why `path` cannot be written atomically (a rename from its folder), or None.
+
+    Folders that do not exist yet are fine (they are created) when the nearest existing one is
+    a writable folder. Cheap enough to check before a long run, so it fails before, not after.
+    """
+    if os.path.isdir(path):
+        return "is a directory"
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"cannot be created ({parent} is not a directory)"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot be created ({parent} is not writable)"
+    return None
+
+
+def check_output(path: str, option: str = "-o") -> None:
+    """UserError naming `option` when `path` cannot be written."""
+    problem = output_problem(path)
+    if problem:
+        raise UserError(f"{option} {path}: {problem}; give a writable file, or '-'")
+
+
+def emit(content: str | bytes, output: str | None, option: str = "-o") -> None:
+    """Print `content`, or write it atomically to `output` when one is given ('-' is stdout).
+
+    `option` names the command-line option `output` came from, for the error message.
+    """
     if output and output != "-":
         path = Path(output)
         if path.is_dir():
-            raise UserError(f"{output}: is a directory; give a file name for -o")
+            raise UserError(f"{option} {output}: is a directory; give a file name for {option}")
         try:
             if isinstance(content, bytes):
                 atomic_write_bytes(path, content)
             else:
                 atomic_write_text(path, content)
         except OSError as exc:
-            raise UserError(f"{output}: cannot write ({exc.strerror}); choose another -o path") from None
+            raise UserError(f"{option} {output}: cannot write ({exc.strerror}); choose another {option} path") from None
         return
     if isinstance(content, bytes):
         sys.stdout.buffer.write(content)

@@ -20,10 +20,11 @@ exit codes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
-from accelport.cli._output import Progress, Style, emit, use_color
+from accelport.cli._output import Progress, Style, emit, output_problem, use_color
 from accelport.errors import UserError
 
 ORDER = 20
@@ -33,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
     from accelport.migrate import Options, migrate, parse_select
     from accelport.migrate.render import render_diff, render_json, render_markdown, render_summary
 
+    if args.mode == "write" and args.changes != "-":
+        for path in _change_list_paths(args.changes):
+            _check_writable(path)
     # Before writing, each whole file must parse; --diff and --check check the statements they change.
     options = Options(select=parse_select(args.select), target=args.target, whole_file=args.mode == "write")
     progress: Progress | None = None
@@ -82,8 +86,38 @@ def run(args: argparse.Namespace) -> int:
     return 1 if left_alone else 0
 
 
+def _change_list_paths(json_path: str) -> tuple[str, str]:
+    return json_path, os.path.splitext(json_path)[0] + ".md"
+
+
+def _check_writable(path: str) -> None:
+    """Refuse a change-list path that cannot be written, before anything is migrated."""
+    problem = output_problem(path)
+    if problem:
+        raise UserError(f"--changes {path}: {problem}; give a writable FILE.json, or '-' for no change list")
+
+
+def _stage(path: str, text: str) -> str:
+    """Write `text` to a temporary file beside `path` (made durable); the caller renames it into place."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
 def _write(args: argparse.Namespace, result, render_json, render_markdown) -> None:
-    from accelport.fileio import atomic_write_text
     from accelport.migrate.writing import uncommitted, write_files
 
     targets = [f.disk_path for f in result.changed_files if f.disk_path]
@@ -95,15 +129,31 @@ def _write(args: argparse.Namespace, result, render_json, render_markdown) -> No
                 f"{os.path.relpath(dirty[0])}: has uncommitted changes{more}; commit or stash them first "
                 "so the rewrite can be reviewed and undone, or pass --force"
             )
+    # The change list is staged first: a change list that cannot be written stops the run
+    # before any source is touched, and a source that cannot be written leaves no change list.
+    staged: list[tuple[str, str]] = []
     try:
-        write_files(result.changed_files)
-    except OSError as exc:
-        raise UserError(f"{exc.filename or 'a file'}: cannot be written ({exc.strerror}); nothing was changed") from None
-    if args.changes != "-":
-        json_path = args.changes
-        md_path = os.path.splitext(json_path)[0] + ".md"
-        atomic_write_text(json_path, render_json(result))
-        atomic_write_text(md_path, render_markdown(result))
+        if args.changes != "-":
+            json_path, md_path = _change_list_paths(args.changes)
+            for path, text in ((json_path, render_json(result)), (md_path, render_markdown(result))):
+                try:
+                    staged.append((_stage(path, text), path))
+                except OSError as exc:
+                    raise UserError(
+                        f"--changes {path}: cannot be written ({exc.strerror}); nothing was changed; "
+                        "give a writable FILE.json, or '-' for no change list"
+                    ) from None
+        try:
+            write_files(result.changed_files)
+        except OSError as exc:
+            raise UserError(f"{exc.filename or 'a file'}: cannot be written ({exc.strerror}); nothing was changed") from None
+    except BaseException:
+        for tmp, _path in staged:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        raise
+    for tmp, path in staged:
+        os.replace(tmp, path)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

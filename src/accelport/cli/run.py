@@ -9,7 +9,7 @@ keeps working, no dtype is changed, no path or other string is rewritten.
 
 exit codes:
   the program's own exit code (128+N when it was killed by signal N)
-  2  usage error (no command, unknown device, command not found)
+  2  usage error (no command, unknown device type, --inventory not writable, command not found)
 """
 
 from __future__ import annotations
@@ -18,21 +18,26 @@ import argparse
 import json
 import sys
 
-from accelport.cli._output import emit
+from accelport.cli._output import check_output, emit
 
 ORDER = 25
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelport.runtime.launcher import run_program
+    from accelport.runtime.launcher import check_device, run_program
 
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
+    # Both are checked before the program starts: a bad value must not cost a training run.
+    if args.device is not None:
+        check_device(args.device)
+    if args.inventory != "-":
+        check_output(args.inventory, "--inventory")
     result = run_program(command, device=args.device, quiet=args.quiet)
     inventory = result.inventory()
     if args.inventory != "-":
-        emit(json.dumps(inventory, indent=2) + "\n", args.inventory)
+        emit(json.dumps(inventory, indent=2) + "\n", args.inventory, option="--inventory")
     summary = inventory["summary"]
     where = f"; dynamic inventory: {args.inventory}" if args.inventory != "-" else ""
     sys.stderr.write(

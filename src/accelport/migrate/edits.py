@@ -44,6 +44,7 @@ class Edit:
     text: str = ""  # for inserts
     site: Site | None = None
     indent: str = ""  # stmt: indentation of the statement's first line
+    wraps: bool = False  # on the same span as another edit, this one goes outside (it wraps the value whole)
     seq: int = 0
     before: str = ""
     after: str = ""
@@ -151,8 +152,9 @@ def _nest(edits: Sequence[Edit]) -> tuple[list[Edit], list[Edit]]:
     roots: list[Edit] = []
     refused: list[Edit] = []
     stack: list[Edit] = []
-    # Same span: the later edit (higher seq) wraps the earlier one, so it sorts first.
-    for edit in sorted(edits, key=lambda e: (e.start, -e.end, -e.seq)):
+    # Same span: an edit that wraps its value goes outside; otherwise the later edit (higher seq)
+    # wraps the earlier one. The outer one sorts first.
+    for edit in sorted(edits, key=lambda e: (e.start, -e.end, not e.wraps, -e.seq)):
         while stack and stack[-1].end <= edit.start:
             stack.pop()
         if stack:

@@ -32,6 +32,7 @@ from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, disc
 from accelport.inventory.engine import PARALLEL_MIN_BYTES, scan_file
 from accelport.inventory.engine import _chunks as chunks_of_equal_bytes
 from accelport.inventory.python import PythonScanner, chunks, code_token_lines, scan_python_text
+from accelport.inventory.python.context import lookup_api
 from accelport.inventory.python.markers import MARKER_WORD, acknowledge, format_marker
 from accelport.inventory.scanners import all_scanners
 from accelport.migrate import codemods
@@ -326,7 +327,8 @@ def _mark(
             if finding.rule_id in seen:
                 continue
             seen.add(finding.rule_id)
-            what = texts.get(finding.rule_id, knowledge.rules()[finding.rule_id].summary)
+            entry = lookup_api(finding.symbol) if finding.symbol else None
+            what = (entry[1].get("marker") if entry else None) or texts.get(finding.rule_id, knowledge.rules()[finding.rule_id].summary)
             if finding.autofix:
                 what = f"not rewritten automatically here; {what}"
             markers.append(format_marker(finding.rule_id, what))

@@ -1,7 +1,7 @@
 """Helpers migrated code may import where PyTorch has no device-agnostic API (`import accelport.compat`).
 
 Everything else `accelport migrate` writes is plain PyTorch (torch.accelerator, torch.amp,
-torch.Stream, torch.get_device_module). These four fill the gaps, and each behaves on CPU:
+torch.Stream, torch.get_device_module). These fill the gaps, and each behaves on CPU:
 
 - `device()`: the current accelerator, or the CPU when there is none.
 - `visible_devices_var()`: the environment variable that restricts visible devices for the
@@ -9,6 +9,9 @@ torch.Stream, torch.get_device_module). These four fill the gaps, and each behav
 - `is_bf16_supported(device)`: bfloat16 support without the torch.cuda-only function.
 - `Event(device, enable_timing=...)`: a torch.Event on accelerators; on the CPU, where
   torch.Event cannot even be recorded, an event that times with `time.perf_counter`.
+- `current_stream(device=None)`: torch.accelerator.current_stream on accelerators; on the CPU,
+  where torch.accelerator raises and a CPU torch.Stream cannot wait on another stream, a
+  stream whose waits and synchronizations return at once (CPU work is synchronous).
 
 And for a torch older than the APIs migrate writes: `backfill()` gives torch < 2.6 a
 `torch.accelerator` (and `torch.distributed.get_default_backend_for_device`) built on
@@ -20,7 +23,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["CpuEvent", "Event", "backfill", "device", "is_bf16_supported", "visible_devices_var"]
+__all__ = [
+    "CpuEvent",
+    "CpuStream",
+    "Event",
+    "backfill",
+    "current_stream",
+    "device",
+    "is_bf16_supported",
+    "visible_devices_var",
+]
 
 
 def device() -> Any:
@@ -117,6 +129,56 @@ def Event(device: Any = None, *, enable_timing: bool = False, blocking: bool = F
     if target.type == "cpu":
         return CpuEvent(enable_timing=enable_timing)
     return torch.Event(target, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+
+
+class CpuStream:
+    """The current stream's interface for the CPU: CPU work runs in order, so waiting returns at once."""
+
+    device_type = "cpu"
+    device_index = -1
+
+    @property
+    def device(self) -> Any:
+        import torch
+
+        return torch.device("cpu")
+
+    def wait_stream(self, stream: Any) -> None:
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        return None
+
+    def record_event(self, event: Any = None) -> CpuEvent:
+        event = event if event is not None else CpuEvent()
+        event.record(self)
+        return event
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def __enter__(self) -> CpuStream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return "CpuStream()"
+
+
+def current_stream(device: Any = None) -> Any:
+    """torch.accelerator.current_stream(device) on an accelerator; a CpuStream without one (or for a CPU device)."""
+    import torch
+
+    if not torch.accelerator.is_available():
+        return CpuStream()
+    if device is not None and not isinstance(device, int) and _device_type(device) == "cpu":
+        return CpuStream()
+    return torch.accelerator.current_stream(device)
 
 
 # The device types an older torch may have, most specific first; the first available one is used.

@@ -85,6 +85,27 @@ def environment(device: str | None, record_dir: str, quiet: bool) -> dict[str, s
     return env
 
 
+def device_types() -> list[str]:
+    """The device types `--device` accepts: the CPU and every vendor profile's torch device type.
+
+    A backend of one's own (a renamed PrivateUse1 device) is added with a vendor profile in a
+    site knowledge file.
+    """
+    from accelport import knowledge
+
+    return sorted({"cpu", *(profile.torch_device for profile in knowledge.vendors().values() if profile.torch_device)})
+
+
+def check_device(device: str) -> None:
+    """UserError unless `device` is TYPE or TYPE:INDEX with a known TYPE (checked before anything starts)."""
+    kind, colon, index = device.partition(":")
+    known = device_types()
+    if kind not in known:
+        raise UserError(f"--device {device}: not a device type; use one of {', '.join(known)} (optionally TYPE:INDEX)")
+    if colon and not (index.isdigit() and index.isascii()):
+        raise UserError(f"--device {device}: the index after ':' must be a number, as in {kind}:0")
+
+
 def run_program(command: list[str], device: str | None = None, quiet: bool = False) -> RunResult:
     """Run `command` with torch.cuda redirected to `device` (default: the current accelerator or the CPU)."""
     if not command:

@@ -39,8 +39,12 @@ def _is_constant(node: ast.AST, value: bool) -> bool:
 
 @codemod("AP1401")
 def tf32(site: Site, ctx: FileContext) -> Edit | None:
-    """torch.backends.cuda.matmul.allow_tf32 = True -> torch.set_float32_matmul_precision("high")"""
-    if not isinstance(site.node, ast.Attribute):
+    """torch.backends.cuda.matmul.allow_tf32 = True -> torch.set_float32_matmul_precision("high")
+
+    Only the matmul flag: torch.backends.cudnn.allow_tf32 governs convolutions, which
+    set_float32_matmul_precision does not, so it is kept (its catalogue entry says autofix = false).
+    """
+    if not isinstance(site.node, ast.Attribute) or site.symbol != "torch.backends.cuda.matmul.allow_tf32":
         return None
     quote = site.quote
     high, highest = f"{quote}high{quote}", f"{quote}highest{quote}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+import libcst as cst
+
 from accelport.migrate.codemods import codemod, expr_edit, parse, replace_with
 from accelport.migrate.context import FileContext
 from accelport.migrate.edits import Edit, code
@@ -21,10 +23,23 @@ def nccl_backend(site: Site, ctx: FileContext) -> Edit | None:
 
 @codemod("AP1302")
 def ddp_device_ids(site: Site, ctx: FileContext) -> Edit | None:
-    """device_ids=[local_rank] -> device_ids=[local_rank] if DEVICE.type != "cpu" else None"""
+    """device_ids=[local_rank] -> device_ids=[local_rank] if DEVICE.type != "cpu" else None; output_device alike.
+
+    DDP refuses both for a module on the CPU.
+    """
     node = site.node
     if not isinstance(site.parent, ast.keyword):
         return None
     device_type = ctx.device_type(site)
     quote = site.quote
-    return expr_edit(site, node, lambda ids: parse(f"{code(ids)} if {device_type} != {quote}cpu{quote} else None"))
+
+    def only_on_accelerators(value: cst.BaseExpression) -> cst.BaseExpression:
+        # The value may itself be a conditional by now (a rewritten torch.cuda.current_device()).
+        text = code(value)
+        if isinstance(value, cst.IfExp | cst.Lambda | cst.NamedExpr) and not value.lpar:
+            text = f"({text})"
+        return parse(f"{text} if {device_type} != {quote}cpu{quote} else None")
+
+    edit = expr_edit(site, node, only_on_accelerators)
+    edit.wraps = True  # output_device=torch.cuda.current_device(): the call's own rewrite goes inside
+    return edit

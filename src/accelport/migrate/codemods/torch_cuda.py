@@ -28,7 +28,7 @@ from accelport.migrate.codemods import (
     statement_call,
     stmt_edit,
 )
-from accelport.migrate.context import FileContext
+from accelport.migrate.context import COMPAT_MODULE, FileContext
 from accelport.migrate.edits import Edit, code
 from accelport.migrate.source import Site
 
@@ -72,6 +72,8 @@ def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
         if call is None or len(call.args) != 1 or call.keywords:
             return None
         return expr_edit(site, call, lambda c: c.args[0].value)
+    if symbol == "torch.cuda.device":
+        return _device_index(site, ctx, call)
     if symbol == "torch.cuda.device_of":
         if call is None or len(call.args) != 1:
             return None
@@ -87,6 +89,8 @@ def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
     path = portable_path(entry)
     if path is None:
         return None
+    if path.startswith(COMPAT_MODULE + "."):
+        path = ctx.compat() + path[len(COMPAT_MODULE) :]
     if "get_device_module(device)" in path:
         path = path.replace("torch.get_device_module(device)", f"{ctx.path('torch.get_device_module')}({ctx.device(site)})")
     new_func = ctx.path(path)
@@ -124,6 +128,31 @@ def _guarded(site: Site, ctx: FileContext, call: ast.Call, new_func: str, entry:
         return maybe_parens(site, call, parse(f"{code(renamed)} if {available} else {fallback}"), "ifexp")
 
     return expr_edit(site, call, conditional)
+
+
+def _device_index(site: Site, ctx: FileContext, call: ast.Call | None) -> Edit | None:
+    """with torch.cuda.device(i): -> with torch.accelerator.device_index(i if torch.accelerator.is_available() else None):
+
+    torch.accelerator.device_index raises for an index without an accelerator; None makes it a no-op.
+    """
+    func = ctx.path("torch.accelerator.device_index")
+    if call is None:
+        return replace_with(site, site.node, func)
+    if len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
+        return None
+    index = call.args[0]
+    if isinstance(index, ast.Constant) and index.value is None:
+        return expr_edit(site, call, lambda c: c.with_changes(func=parse(func)))
+    available = f"{ctx.path('torch.accelerator.is_available')}()"
+
+    def rewrite(node: cst.BaseExpression) -> cst.BaseExpression:
+        argument = node.args[0].value
+        guarded = parse(f"{code(argument)} if {available} else None")
+        if isinstance(argument, cst.IfExp | cst.Lambda | cst.NamedExpr) and not argument.lpar:
+            guarded = parse(f"({code(argument)}) if {available} else None")
+        return node.with_changes(func=parse(func), args=[node.args[0].with_changes(value=guarded)])
+
+    return expr_edit(site, call, rewrite)
 
 
 def _with_device_first(site: Site, ctx: FileContext, call: ast.Call | None, new_func: str, keyword: str | None) -> Edit | None:

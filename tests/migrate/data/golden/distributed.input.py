@@ -23,3 +23,7 @@ def init(model, local_rank):
 
 def init_positional():
     dist.init_process_group("nccl")
+
+
+def wrap_current(model):
+    return DDP(model, device_ids=[torch.cuda.current_device()], output_device=torch.cuda.current_device())

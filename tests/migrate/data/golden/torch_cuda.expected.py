@@ -8,7 +8,7 @@ def setup(local_rank):
     if torch.accelerator.is_available() and torch.accelerator.device_count() > 1:
         if torch.accelerator.is_available():
             torch.accelerator.set_device_index(local_rank)
-    index = torch.accelerator.current_device_index()
+    index = torch.accelerator.current_device_index() if torch.accelerator.is_available() else 0
     torch.manual_seed(0)
     torch.manual_seed(1)
     return index
@@ -18,7 +18,9 @@ def step(model, x):
     stream = torch.Stream(DEVICE)
     with stream:
         y = model(x)
-    torch.accelerator.current_stream().wait_stream(stream)
+    accelport.compat.current_stream().wait_stream(stream)
+    with torch.accelerator.device_index(0 if torch.accelerator.is_available() else None):
+        y = y + 1
     if torch.accelerator.is_available():
         torch.accelerator.synchronize()  # wait for the kernels
     if torch.accelerator.is_available():

@@ -15,6 +15,8 @@ def step(model, x):
     with torch.cuda.stream(stream):
         y = model(x)
     torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.device(0):
+        y = y + 1
     torch.cuda.synchronize()  # wait for the kernels
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info()

@@ -161,6 +161,10 @@ def amp_and_distributed(ctx: PyContext, node: ast.Call) -> None:
         device_ids = _keyword(node, "device_ids")
         if device_ids is not None and not _is_none(device_ids) and not _none_off_accelerator(device_ids):
             ctx.report("AP1302", device_ids, "device_ids", replacement='device_ids if device.type != "cpu" else None')
+        output_device = _keyword(node, "output_device")
+        if output_device is not None and not _is_none(output_device) and not _none_off_accelerator(output_device):
+            # DDP refuses an output_device for a CPU module, as it refuses device_ids.
+            ctx.report("AP1302", output_device, "output_device", replacement='output_device if device.type != "cpu" else None')
     if qualname in PROFILERS:
         use_cuda = _keyword(node, "use_cuda")
         if isinstance(use_cuda, ast.Constant) and use_cuda.value:

@@ -1,0 +1,66 @@
+"""Migrated code runs where there is no accelerator: every rewrite that calls torch.accelerator is
+guarded or goes through accelport.compat, because torch.accelerator raises without an accelerator."""
+
+from __future__ import annotations
+
+import textwrap
+import types
+
+import torch
+
+from accelport.migrate import migrate_source
+
+ON_CPU = not torch.accelerator.is_available()
+
+
+def load(source: str) -> types.ModuleType:
+    """Migrate `source` and import the result as a module."""
+    result = migrate_source(textwrap.dedent(source), "case.py")
+    assert result.error is None
+    assert "torch.cuda" not in result.migrated
+    module = types.ModuleType("case")
+    exec(compile(result.migrated, "case.py", "exec"), module.__dict__)
+    return module
+
+
+def test_current_device_stream_and_device_context_run_on_the_cpu():
+    module = load(
+        """
+        import torch
+
+
+        def work(i):
+            index = torch.cuda.current_device()
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):
+                y = torch.ones(3) * 2
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.current_stream().synchronize()
+            with torch.cuda.device(i):
+                y = y + index
+            here = torch.device("cuda", torch.cuda.current_device())
+            return y, here
+        """
+    )
+    y, here = module.work(1)
+    assert y.tolist() == [2.0, 2.0, 2.0]
+    assert here.type == module.DEVICE.type
+    if ON_CPU:
+        assert here == torch.device("cpu", 0)
+
+
+def test_golden_torch_cuda_case_runs_on_the_cpu():
+    from pathlib import Path
+
+    source = (Path(__file__).parent / "data" / "golden" / "torch_cuda.input.py").read_text()
+    module = load(source)
+    assert module.setup(0) == 0
+    model = torch.nn.Linear(2, 2)
+    y, free, total, peak = module.step(model, torch.ones(1, 2))
+    assert y.shape == (1, 2)
+    if ON_CPU:
+        assert (free, total, peak) == (0, 0, 0)
+    assert module.timing() >= 0.0
+    name, bf16 = module.rng()
+    if ON_CPU:
+        assert name == "cpu" and bf16 is True
