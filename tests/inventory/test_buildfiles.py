@@ -131,3 +131,40 @@ def test_setup_py_keeps_python_findings_and_adds_nvcc_flags_and_arch_lists():
 def test_setup_py_with_a_syntax_error_is_skipped():
     with pytest.raises(ScanSkipped):
         SetupScriptScanner().scan(SourceFile("setup.py", b"from torch.utils.cpp_extension import CUDAExtension\nsetup(\n"))
+
+
+LINKS = '''\
+from setuptools import Extension, setup
+# libraries=["cudnn"] and extra_link_args=["-lnccl"] in a comment
+setup(
+    name="ext",
+    description="links cublas and -lcufft (free text)",
+    ext_modules=[
+        Extension(
+            "ext",
+            ["ext.cpp"],
+            libraries=["cublas", "m", "c10_cuda"],
+            extra_link_args=["-lcudnn", "-l:libcudart.so.12", "-lpthread", "-Wl,-rpath,/opt/cuda/lib64", "-lcublasfake"],
+        )
+    ],
+)
+'''
+
+
+def test_setup_py_extension_libraries_and_link_args_naming_cuda_libraries():
+    scanner = SetupScriptScanner()
+    findings = [f for f in scanner.scan(SourceFile("setup.py", LINKS.encode())) if f.rule_id == "AP6105"]
+    assert [(f.symbol, f.location.line) for f in findings] == [
+        ("cublas", 10),
+        ("c10_cuda", 10),
+        ("cudnn", 11),
+        ("libcudart.so.12", 11),
+    ]
+    assert findings[0].message == "the extension links the cuBLAS / cuBLASLt library cublas (libraries)"
+    assert findings[0].category is Category.BUILD
+    assert "cuDNN" in findings[2].message and "extra_link_args" in findings[2].message
+
+
+def test_setup_py_links_without_cuda_libraries_have_no_findings():
+    code = 'from setuptools import Extension\nExtension("m", ["m.c"], libraries=["m", "z"], extra_link_args=["-lpthread"])\n'
+    assert SetupScriptScanner().scan(SourceFile("setup.py", code.encode())) == []

@@ -105,9 +105,10 @@ void host(float* x, int n, cudaStream_t s, dim3 g, dim3 b) {
 
 def test_launches_with_expressions_template_arguments_and_line_breaks():
     launches = only(scan(LAUNCHES), "AP5003")
-    assert [(f.symbol, f.location.line) for f in launches] == [("k", 4), ("k", 5), ("k", 6)]
+    assert [(f.symbol, f.location.line) for f in launches] == [("k", 4), ("k<T, 4>", 5), ("k", 6)]
     assert launches[0].message == "kernel launch k<<<(n + 255) / 256, 256, 0, s>>>"
-    assert launches[1].message == "kernel launch k<<<g, b>>>"
+    assert launches[1].message == "kernel launch k<T, 4><<<g, b>>>"
+    assert launches[1].snippet == "k<T, 4><<<g, b>>>(x, n);"
     assert launches[2].location.end_line == 9
 
 

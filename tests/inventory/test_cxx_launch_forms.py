@@ -58,3 +58,43 @@ def test_comment_and_string_near_misses_in_macros_are_not_launches():
         "#define E(a) ((a) <<< 3)\n"
     )
     assert launches(code) == []
+
+
+TEMPLATES = """\
+namespace ops {
+template <typename T, int N> __global__ void k(T* x) { x[0] = N; }
+}
+void host(float* x, cudaStream_t s) {
+  ops::k<float, 4><<<1, 64, 0, s>>>(x);
+  ops::k<
+      double,
+      8><<<1, 64>>>(reinterpret_cast<double*>(x));
+  ops::k<float, 4><<<1, 32>>>(x);
+}
+"""
+
+
+def test_launch_symbol_keeps_template_arguments_and_counts_by_kernel_name():
+    findings = scan(TEMPLATES)
+    assert [(f.symbol, f.location.line) for f in findings if f.rule_id == "AP5003"] == [
+        ("ops::k<float, 4>", 5),
+        ("ops::k<double, 8>", 6),
+        ("ops::k<float, 4>", 9),
+    ]
+    [first] = [f for f in findings if f.rule_id == "AP5003" and f.location.line == 5]
+    assert first.message == "kernel launch ops::k<float, 4><<<1, 64, 0, s>>>"
+    [warp] = [f for f in findings if f.rule_id == "AP9103"]
+    assert warp.symbol == "ops::k<float, 4>"
+    [kernel] = [f for f in findings if f.rule_id == "AP5001"]
+    assert "launched 3× in this file" in kernel.message
+
+
+def test_template_launches_link_to_a_kernel_defined_in_another_file(tmp_path):
+    from accelport.inventory import scan as scan_tree
+
+    (tmp_path / "k.cuh").write_text("template <int B> __global__ void tiled(float* x) { x[0] = B; }\n")
+    (tmp_path / "a.cu").write_text('#include "k.cuh"\nvoid a(float* x) { tiled<128><<<1, 128>>>(x); }\n')
+    report = scan_tree([str(tmp_path)], jobs=1)
+    [kernel] = [f for f in report.findings if f.rule_id == "AP5001"]
+    assert "launched 1× by name (0 in this file, 1 elsewhere" in kernel.message
+    assert [f.symbol for f in report.findings if f.rule_id == "AP5003"] == ["tiled<128>"]

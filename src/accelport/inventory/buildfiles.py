@@ -420,6 +420,11 @@ def _setup_findings(tree: ast.AST, source: SourceFile) -> Iterator[Finding]:
             for keyword in node.keywords:
                 if keyword.arg == "nvcc":
                     yield from _nvcc_list(keyword.value, source, at, backends)
+        # Extension(..., libraries=["cublas"], extra_link_args=["-lcudnn"])
+        if isinstance(node, ast.Call):
+            for keyword in node.keywords:
+                if keyword.arg in ("libraries", "extra_link_args"):
+                    yield from _linked_libraries(keyword, source, at, backends)
         # os.environ["TORCH_CUDA_ARCH_LIST"] = "..."; os.environ.setdefault("TORCH_CUDA_ARCH_LIST", ...)
         if isinstance(node, ast.Constant) and node.value == "TORCH_CUDA_ARCH_LIST":
             yield make_finding("AP6103", symbol="TORCH_CUDA_ARCH_LIST", location=at(node), snippet=source.snippet(node.lineno), message="TORCH_CUDA_ARCH_LIST pins NVIDIA architectures for the extension build", backends=backends)
@@ -440,3 +445,35 @@ def _nvcc_list(value: ast.AST, source: SourceFile, at, backends) -> Iterator[Fin
         flag = element.value
         if _ARCH_FLAG.fullmatch(flag) and ("sm_" in flag or "compute_" in flag or flag.startswith("-gencode")):
             yield make_finding("AP6103", symbol=flag, location=at(element), snippet=source.snippet(element.lineno), message=f"nvcc architecture flag {flag}", backends=backends)
+
+
+_LINK_FLAG = re.compile(r"-l(:?)(\S+)")
+
+
+def _linked_libraries(keyword: ast.keyword, source: SourceFile, at, backends) -> Iterator[Finding]:
+    """`libraries=["cublas"]` / `extra_link_args=["-lcublas", "-l:libcudart.so.12"]` naming NVIDIA libraries."""
+    from accelport.inventory.cuda_api import catalogue
+
+    cat = catalogue()
+    for element in _string_elements(keyword.value):
+        for word in element.value.split() if keyword.arg == "extra_link_args" else [element.value]:
+            if keyword.arg == "extra_link_args":
+                match = _LINK_FLAG.fullmatch(word)
+                if match is None:
+                    continue
+                exact, name = match.groups()
+                soname = name if exact else f"lib{name}.so"
+            else:
+                name = word.strip()
+                soname = name if name.startswith("lib") and ".so" in name else f"lib{name}.so"
+            family = cat.library_family(soname)
+            if family is None:
+                continue
+            yield make_finding(
+                "AP6105",
+                symbol=name,
+                location=at(element),
+                snippet=source.snippet(element.lineno),
+                message=f"the extension links the {family.title} library {name} ({keyword.arg})",
+                backends=backends,
+            )

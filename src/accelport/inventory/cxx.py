@@ -321,8 +321,10 @@ class _FileScan:
         for config in configs:
             call = config.parent
             function = call.child_by_field_name("function") if call is not None else None
-            name = _callee_name(function) if function is not None else "?"
-            launches[name.rsplit("::", 1)[-1]] += 1
+            # The symbol keeps template arguments (`k<T, 4>`): which instantiation is launched
+            # matters to a port; launches are counted by the bare kernel name.
+            name = _TEMPLATE_GAPS.sub(r"\1", _squash(function.text)) if function is not None else "?"
+            launches[kernel_name(name)] += 1
             arguments = [c for c in config.named_children if c.type != "comment"]
             config_text = ", ".join(_squash(a.text) for a in arguments)
             self.add("AP5003", span(call), name, message=f"kernel launch {name}<<<{config_text}>>>{where}")
@@ -358,7 +360,7 @@ class _FileScan:
         for function in self.device_functions:
             node = function.node
             if function.kernel:
-                count = launches.get(function.name.rsplit("::", 1)[-1], 0)
+                count = launches.get(kernel_name(function.name), 0)
                 equivalent = equivalent_for_kernel(function.name)
                 where = f"launched {count}× in this file" if count else "no launch in this file"
                 message = f"CUDA kernel {function.name}: {function.lines} lines, {where}"
@@ -655,13 +657,13 @@ def link_kernel_launches(findings: list[Finding]) -> list[Finding]:
     sites: dict[str, list[Location]] = {}
     for finding in findings:
         if finding.rule_id == LAUNCH_RULE:
-            sites.setdefault(finding.symbol.rsplit("::", 1)[-1], []).append(finding.location)
+            sites.setdefault(kernel_name(finding.symbol), []).append(finding.location)
     if not sites:
         return findings
     linked = []
     for finding in findings:
         if finding.rule_id == KERNEL_RULE:
-            launches = sites.get(finding.symbol.rsplit("::", 1)[-1], [])
+            launches = sites.get(kernel_name(finding.symbol), [])
             elsewhere = [loc for loc in launches if loc.path != finding.location.path]
             if elsewhere:
                 here = len(launches) - len(elsewhere)
@@ -883,13 +885,12 @@ def _declarator_name(declarator) -> str:
     return _qualified_name(node) if node.type == "qualified_identifier" else node.text.decode("utf-8", errors="replace")
 
 
-def _callee_name(function) -> str:
-    if function.type == "template_function":
-        name = function.child_by_field_name("name")
-        return _callee_name(name) if name is not None else _squash(function.text)
-    if function.type == "qualified_identifier":
-        return _qualified_name(function)
-    return _squash(function.text)
+_TEMPLATE_GAPS = re.compile(r"(<) | (?=>)")  # `k< double, 8 >` -> `k<double, 8>`
+
+
+def kernel_name(symbol: str) -> str:
+    """The bare kernel name of a launch or definition symbol: `ns::k<T, 4>` -> `k`."""
+    return symbol.split("<", 1)[0].strip().rsplit("::", 1)[-1]
 
 
 def _entry_backends(entry: ApiEntry) -> dict[str, BackendStatus]:
