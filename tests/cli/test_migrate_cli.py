@@ -169,3 +169,29 @@ def test_pre_commit_hook_runs_check():
     hook = next(h for h in hooks if h["id"] == "accelport-migrate-check")
     assert hook["entry"] == "accelport migrate --check"
     assert hook["language"] == "python" and hook["types"] == ["python"]
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1", "two"])
+def test_jobs_must_be_a_positive_count(cli, app, jobs):
+    result = cli("migrate", app, "--check", "--jobs", jobs)
+    assert result.code == 2 and "--jobs" in result.err and "Traceback" not in result.err
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [("\\", "not a valid gitignore-style pattern"), ("**/[z-a].py", "not a valid gitignore-style pattern"),
+     ("", "matches nothing"), ("# train.py", "matches nothing")],
+)
+def test_an_exclude_that_cannot_work_is_refused(cli, repo, pattern, why):
+    before = snapshot(repo)
+    result = cli("migrate", repo, "--write", "--changes", "-", "--exclude", pattern)
+    assert result.code == 2
+    assert f"--exclude {pattern!r}: {why}" in result.err and result.err.count("\n") == 1
+    assert snapshot(repo) == before
+
+
+def test_an_exclude_in_pyproject_that_cannot_work_is_refused(cli, app):
+    (app / "pyproject.toml").write_text('[tool.accelport]\nexclude = ["csrc/\\\\"]\n')
+    result = cli("migrate", app, "--check")
+    assert result.code == 2
+    assert "pyproject.toml: [tool.accelport] exclude 'csrc/\\\\': not a valid gitignore-style pattern" in result.err

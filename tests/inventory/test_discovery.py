@@ -42,6 +42,15 @@ def test_pyproject_and_cli_excludes(tmp_path):
     assert [os.path.relpath(p, tmp_path) for p in _paths(report)] == [os.path.join("src", "app.py")]
 
 
+def test_a_gitignore_line_git_cannot_parse_is_skipped_like_git_does(tmp_path):
+    (tmp_path / ".gitignore").write_text("generated/\n[z-a]bad\ntrailing\\\n")
+    (tmp_path / "generated").mkdir()
+    (tmp_path / "generated" / "a.py").write_text(CUDA)
+    (tmp_path / "keep.py").write_text(CUDA)
+    report = scan([str(tmp_path)], jobs=1)
+    assert [os.path.relpath(p, tmp_path) for p in _paths(report)] == ["keep.py"]
+
+
 def test_vcs_virtualenv_and_site_packages_are_skipped(tmp_path):
     for rel in (".git/hooks/h.py", "venv/lib/x.py", "lib/site-packages/pkg/m.py", "node_modules/p/m.py", "app.py"):
         path = tmp_path / rel

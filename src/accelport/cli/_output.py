@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -9,6 +10,17 @@ from pathlib import Path
 
 from accelport.errors import UserError
 from accelport.fileio import atomic_write_bytes, atomic_write_text
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts such as --jobs: a whole number, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def output_problem(path: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from accelport.cli._output import Progress, Style, emit, use_color
+from accelport.cli._output import Progress, Style, emit, positive_int, use_color
 from accelport.errors import UserError
 
 # All output is written and closed when `run` returns: the process may end at once (cli.entry).
@@ -19,16 +19,6 @@ QUICK_EXIT = True
 
 ORDER = 10
 FAIL_LEVELS = ("any", "low", "medium", "high")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def threshold_reached(report, level: str | None) -> bool:
@@ -110,10 +100,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--exclude", action="append", default=[], metavar="GLOB", help="gitignore-style pattern to leave out; repeatable"
     )
-    parser.add_argument("--jobs", type=_positive_int, metavar="N", help="worker processes (default: number of cores)")
+    parser.add_argument("--jobs", type=positive_int, metavar="N", help="worker processes (default: number of cores)")
     parser.add_argument("--no-gitignore", action="store_true", help="scan files that .gitignore excludes")
     parser.add_argument(
-        "--max-file-size", type=_positive_int, default=8, metavar="MiB", help="skip larger files (default: %(default)s MiB)"
+        "--max-file-size", type=positive_int, default=8, metavar="MiB", help="skip larger files (default: %(default)s MiB)"
     )
     parser.add_argument("--allow-skipped", action="store_true", help="exit 0 even when some files could not be scanned")
     parser.set_defaults(handler=run)

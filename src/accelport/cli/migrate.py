@@ -24,16 +24,18 @@ import contextlib
 import os
 import sys
 
-from accelport.cli._output import Progress, Style, emit, output_problem, use_color
+from accelport.cli._output import Progress, Style, emit, output_problem, positive_int, use_color
 from accelport.errors import UserError
 
 ORDER = 20
 
 
 def run(args: argparse.Namespace) -> int:
+    from accelport.inventory.discovery import check_excludes
     from accelport.migrate import Options, migrate, parse_select
     from accelport.migrate.render import render_diff, render_json, render_markdown, render_summary
 
+    check_excludes(args.exclude)
     if args.mode == "write" and args.changes != "-":
         for path in _change_list_paths(args.changes):
             _check_writable(path)
@@ -180,7 +182,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="--write: where to put the change list (a .md beside it); '-' for none (default: %(default)s)",
     )
     parser.add_argument("--format", choices=("text", "json"), default="text", help="json: print the change list")
-    parser.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: number of cores)")
+    parser.add_argument("--jobs", type=positive_int, metavar="N", help="worker processes (default: number of cores)")
     parser.add_argument("--no-gitignore", action="store_true", help="also migrate files that .gitignore excludes")
     parser.add_argument("--allow-skipped", action="store_true", help="exit 0 even when some files were skipped or left alone")
     parser.set_defaults(handler=run)

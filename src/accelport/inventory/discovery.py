@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,25 @@ def _pyproject_excludes(root: Path) -> list[str]:
     return excludes
 
 
+def _pattern_problem(pattern: str) -> str | None:
+    """Why a gitignore-style pattern given to exclude files would not work, or None."""
+    try:
+        spec = pathspec.GitIgnoreSpec.from_lines([pattern])
+    except (ValueError, re.error) as exc:
+        return f"not a valid gitignore-style pattern ({exc})"
+    if not spec.patterns or all(p.include is None for p in spec.patterns):
+        return "matches nothing (blank, a comment, or an unclosed '[')"
+    return None
+
+
+def check_excludes(patterns: Iterable[str], origin: str = "--exclude") -> None:
+    """UserError naming the first exclude pattern that is invalid or can never match."""
+    for pattern in patterns:
+        problem = _pattern_problem(pattern)
+        if problem:
+            raise UserError(f"{origin} {pattern!r}: {problem}; write a gitignore-style pattern such as 'build/' or '*_test.py'")
+
+
 def _read_gitignore(directory: str) -> pathspec.PathSpec | None:
     path = os.path.join(directory, ".gitignore")
     try:
@@ -90,8 +110,21 @@ def _read_gitignore(directory: str) -> pathspec.PathSpec | None:
             lines = handle.read().splitlines()
     except OSError:
         return None
-    spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    try:
+        spec = pathspec.GitIgnoreSpec.from_lines(lines)
+    except (ValueError, re.error):
+        # git skips a line it cannot parse; do the same, line by line.
+        log.warning("%s: ignoring patterns that are not valid gitignore syntax", path)
+        spec = pathspec.GitIgnoreSpec.from_lines([line for line in lines if _valid(line)])
     return spec if spec.patterns else None
+
+
+def _valid(line: str) -> bool:
+    try:
+        pathspec.GitIgnoreSpec.from_lines([line])
+    except (ValueError, re.error):
+        return False
+    return True
 
 
 def _display(root_arg: str, rel: str) -> str:
@@ -129,7 +162,10 @@ def discover(
             continue
         if not os.access(root, os.R_OK | os.X_OK):
             raise UserError(f"{root_arg}: folder cannot be read (permission denied)")
-        patterns = list(excludes) + _pyproject_excludes(root)
+        check_excludes(excludes)
+        project = _pyproject_excludes(root)
+        check_excludes(project, f"{root / 'pyproject.toml'}: [tool.accelport] exclude")
+        patterns = list(excludes) + project
         exclude_spec = pathspec.GitIgnoreSpec.from_lines(patterns) if patterns else None
         _walk(root_arg, str(root), result, exclude_spec, respect_gitignore, max_file_size, index, seen_files)
     return result
