@@ -59,6 +59,7 @@ _NOT_NUMERIC = ("profiler.",)
 
 PHASES = ("forward", "backward", "optimizer", "other")
 _HOST_CHUNK = 1 << 16  # elements per statistics sweep on the CPU: 256 KiB of float32 stays in L2
+_SPLIT = 8 * _HOST_CHUNK  # tensors this large are swept by two threads
 
 
 def _parse_steps(steps: str | tuple[int, int] | range | None) -> tuple[int, int | None]:
@@ -94,12 +95,12 @@ class _Stats:
         """A list of numbers (host) or an index into the pending batch (device); None when not numeric."""
         torch = self.torch
         x = t.detach()
-        if x.is_complex() or x.layout != torch.strided or x.device.type == "meta" or x.is_quantized:
+        if x.is_complex() or x.layout != torch.strided or x.is_meta or x.is_quantized:
             return None
         n = x.numel()
         if n == 0:
             return [math.nan, math.nan, math.nan, 0.0, math.nan, 0, 0, 0]
-        host = self.host and x.device.type == "cpu"
+        host = self.host and x.is_cpu
         if x.dtype == torch.bool:
             if host:
                 ones = int(torch.count_nonzero(x))
@@ -112,14 +113,18 @@ class _Stats:
             x = x.float()
         if host:
             # Statistics do not depend on element order: a transposed or permuted tensor that
-            # fills its memory exactly is read in place, without a copy.
-            flat = _dense_view(x) if not x.is_contiguous() else x.reshape(-1)
-            if flat is None:
-                flat = x.reshape(-1)
-            return self._host(flat, n)
+            # fills its memory exactly is read in place; any other layout (a slice with gaps,
+            # such as the q/k/v parts of a split) is copied slab by slab into a buffer that
+            # stays in cache, never into a whole new tensor.
+            if x.is_contiguous():
+                return self._host(x.numpy().reshape(-1))
+            dense = _dense_view(x)
+            if dense is not None:
+                return self._host(dense.numpy())
+            return _combine(self._sweep_strided(x.numpy()))
         return self._device(x.reshape(-1), n)
 
-    def _host(self, flat: Any, n: int) -> list[float]:
+    def _host(self, values: Any) -> list[float]:
         """One sweep over cache-sized chunks with numpy.
 
         Many small reductions through torch's thread pool stall whenever the other cores are
@@ -127,95 +132,133 @@ class _Stats:
         stays in cache cost a few microseconds each and never wait. A large tensor is split
         in two halves swept on two threads (numpy releases the GIL), like torch's own ops.
         """
-        values = flat.numpy()
-        if n >= 8 * _HOST_CHUNK:
-            if self._pool is None:
-                from concurrent.futures import ThreadPoolExecutor
+        n = values.shape[0]
+        if n < _SPLIT:
+            return _combine([self._sweep(values)])
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
 
-                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelport-stats")
-            half = (n // 2 // _HOST_CHUNK) * _HOST_CHUNK
-            other = self._pool.submit(self._sweep, values[half:])
-            parts = [self._sweep(values[:half]), other.result()]
-        else:
-            parts = [self._sweep(values)]
-        lo = min(p[0] for p in parts)
-        hi = max(p[1] for p in parts)
-        total, square, absolute = (sum(p[i] for p in parts) for i in (2, 3, 4))
-        nan, inf, zero, finite = (sum(p[i] for p in parts) for i in (5, 6, 7, 8))
-        if finite == 0:
-            return [math.nan, math.nan, math.nan, math.nan, math.nan, nan, inf, 0]
-        return [lo, hi, total / finite, math.sqrt(square), absolute / finite, nan, inf, zero]
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelport-stats")
+        half = (n // 2 // _HOST_CHUNK) * _HOST_CHUNK
+        other = self._pool.submit(self._sweep, values[half:])
+        return _combine([self._sweep(values[:half]), other.result()])
+
+    def _sweep_strided(self, values: Any) -> list[tuple]:
+        """Sweeps of a non-contiguous array, copied a few rows of its first dimension at a time."""
+        import numpy as np
+
+        row = values[0].size if values.ndim > 1 else 1
+        rows_per_slab = max(1, _HOST_CHUNK // max(1, row))
+        buffer = self._buffer("slab", values.dtype, min(values.size, rows_per_slab * row))
+        parts = []
+        for begin in range(0, values.shape[0], rows_per_slab):
+            slab = values[begin : begin + rows_per_slab]
+            dense = buffer[: slab.size]
+            np.copyto(dense.reshape(slab.shape), slab)
+            parts.append(self._sweep(dense))
+        return parts
 
     def _sweep(self, values: Any) -> tuple:
-        """(min, max, sum, sum of squares, sum of |x|, nan, inf, zeros, finite count) of a 1-D array."""
+        """(min, max, sum, sum of squares, sum of |x|, nan, inf, zeros, finite count) of a 1-D array.
+
+        Each chunk costs a handful of numpy calls: sum (a dot with ones), min, max and sum of
+        squares; |x| only when the chunk has both signs (otherwise the sum of |x| is +-sum),
+        and the zeros are counted only when the chunk spans zero and its smallest |x| is 0.
+        """
         import numpy as np
 
         n = values.shape[0]
         chunk = _HOST_CHUNK
-        scratch = self._scratch(values.dtype, min(n, chunk))
-        ones = self._ones(values.dtype, min(n, chunk))
-        flags = self._flags(min(n, chunk))
+        size = min(n, chunk)
+        scratch = self._buffer("scratch", values.dtype, size)
+        ones = self._ones(values.dtype, size)
+        flags = self._buffer("flags", np.dtype(bool), size)
+        dot, minimum, maximum = np.dot, np.minimum.reduce, np.maximum.reduce
+        isfinite = math.isfinite
         lo, hi = math.inf, -math.inf
         total = square = absolute = 0.0
         zero = nan = inf = finite = 0
-        for begin in range(0, n, chunk):
-            part = values[begin : begin + chunk]
-            m = part.shape[0]
-            with np.errstate(over="ignore", invalid="ignore"):
-                part_sum = float(np.dot(part, ones[:m]))
-            if not math.isfinite(part_sum):
-                # Rare: NaN/Inf in this chunk. Count them and keep them out of the statistics.
-                bad = ~np.isfinite(part)
-                nan += int(np.count_nonzero(np.isnan(part)))
-                inf += int(np.count_nonzero(np.isinf(part)))
-                part = part[~bad]
+        with np.errstate(over="ignore", invalid="ignore"):
+            for begin in range(0, n, chunk):
+                part = values[begin : begin + chunk]
                 m = part.shape[0]
-                if m == 0:
+                if m != size:
+                    scratch, ones, flags = scratch[:m], ones[:m], flags[:m]
+                    size = m
+                part_sum = float(dot(part, ones))
+                if not isfinite(part_sum):
+                    # Rare: NaN/Inf in this chunk (or a float32 sum that overflowed).
+                    counts = self._non_finite(part)
+                    nan += counts[0]
+                    inf += counts[1]
+                    finite += counts[2]
+                    if counts[2]:
+                        part_lo, part_hi = counts[3], counts[4]
+                        lo, hi = min(lo, part_lo), max(hi, part_hi)
+                        total += counts[5]
+                        square += counts[6]
+                        absolute += counts[7]
+                        zero += counts[8]
                     continue
-                part_sum = float(part.sum(dtype=np.float64))
-                if not math.isfinite(part_sum):  # finite elements whose float32 sum overflowed
-                    part = part.astype(np.float64)
-                part_scratch = np.abs(part)
-            else:
-                part_scratch = np.abs(part, out=scratch[:m])
-            finite += m
-            part_lo, part_hi = float(part.min()), float(part.max())
-            lo, hi = min(lo, part_lo), max(hi, part_hi)
-            total += part_sum
-            with np.errstate(over="ignore", invalid="ignore"):
-                part_square = float(np.dot(part, part))
-                part_abs = (
-                    float(np.dot(part_scratch, ones[:m]))
-                    if part_scratch.dtype == ones.dtype
-                    else float(part_scratch.sum())
-                )
-            if not (math.isfinite(part_square) and math.isfinite(part_abs)):
-                # Finite values whose squares overflow float32 (masks filled with finfo.max).
-                wide = part.astype(np.float64)
-                part_square, part_abs = float(np.dot(wide, wide)), float(np.abs(wide).sum())
-            square += part_square
-            absolute += part_abs
-            if part_lo <= 0.0 <= part_hi:  # a chunk of one sign has no zeros to count
-                zero += int(np.count_nonzero(np.equal(part, 0, out=flags[:m])))
+                finite += m
+                part_lo, part_hi = float(minimum(part)), float(maximum(part))
+                if part_lo < lo:
+                    lo = part_lo
+                if part_hi > hi:
+                    hi = part_hi
+                total += part_sum
+                part_square = float(dot(part, part))
+                if part_lo >= 0.0:
+                    part_abs = part_sum
+                    has_zero = part_lo == 0.0
+                elif part_hi <= 0.0:
+                    part_abs = -part_sum
+                    has_zero = part_hi == 0.0
+                else:
+                    magnitude = np.abs(part, out=scratch)
+                    part_abs = float(dot(magnitude, ones))
+                    has_zero = float(minimum(magnitude)) == 0.0
+                if not (isfinite(part_square) and isfinite(part_abs)):
+                    # Finite values whose squares overflow float32 (masks filled with finfo.max).
+                    wide = part.astype(np.float64)
+                    part_square, part_abs = float(dot(wide, wide)), float(np.abs(wide).sum())
+                square += part_square
+                absolute += part_abs
+                if has_zero:
+                    zero += int(np.count_nonzero(np.equal(part, 0, out=flags)))
         return lo, hi, total, square, absolute, nan, inf, zero, finite
 
-    def _scratch(self, dtype: Any, size: int) -> Any:
+    @staticmethod
+    def _non_finite(part: Any) -> tuple:
+        """(nan, inf, finite count, min, max, sum, sum of squares, sum of |x|, zeros) of a chunk with NaN/Inf."""
         import numpy as np
 
-        key = ("scratch", dtype.str, threading.get_ident())
+        nan = int(np.count_nonzero(np.isnan(part)))
+        inf = int(np.count_nonzero(np.isinf(part)))
+        good = part[np.isfinite(part)].astype(np.float64)
+        if good.shape[0] == 0:
+            return nan, inf, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0
+        return (
+            nan,
+            inf,
+            good.shape[0],
+            float(good.min()),
+            float(good.max()),
+            float(good.sum()),
+            float(np.dot(good, good)),
+            float(np.abs(good).sum()),
+            int(np.count_nonzero(good == 0)),
+        )
+
+    def _buffer(self, kind: str, dtype: Any, size: int) -> Any:
+        """A scratch array of at least `size` elements, one per kind, dtype and thread."""
+        import numpy as np
+
+        key = (kind, dtype.str, threading.get_ident())
         buffer = self._buffers.get(key)
         if buffer is None or buffer.shape[0] < size:
             buffer = self._buffers[key] = np.empty(size, dtype)
-        return buffer
-
-    def _flags(self, size: int) -> Any:
-        import numpy as np
-
-        key = ("flags", "bool", threading.get_ident())
-        buffer = self._buffers.get(key)
-        if buffer is None or buffer.shape[0] < size:
-            buffer = self._buffers[key] = np.empty(size, bool)
-        return buffer
+        return buffer[:size]
 
     def _ones(self, dtype: Any, size: int) -> Any:
         import numpy as np
@@ -223,7 +266,7 @@ class _Stats:
         buffer = self._buffers.get(("ones", dtype.str))
         if buffer is None or buffer.shape[0] < size:
             buffer = self._buffers[("ones", dtype.str)] = np.ones(size, dtype)
-        return buffer
+        return buffer[:size]
 
     def _device(self, flat: Any, n: int) -> int:
         torch = self.torch
@@ -262,6 +305,17 @@ class _Stats:
                 rows[i] = row
         self.pending = []
         return rows
+
+
+def _combine(parts: list[tuple]) -> list[float]:
+    """The STAT_FIELDS of a tensor from the sweeps of its pieces."""
+    lo = min(p[0] for p in parts)
+    hi = max(p[1] for p in parts)
+    total, square, absolute = (sum(p[i] for p in parts) for i in (2, 3, 4))
+    nan, inf, zero, finite = (sum(p[i] for p in parts) for i in (5, 6, 7, 8))
+    if finite == 0:
+        return [math.nan, math.nan, math.nan, math.nan, math.nan, nan, inf, 0]
+    return [lo, hi, total / finite, math.sqrt(square), absolute / finite, nan, inf, zero]
 
 
 class _Entry:
