@@ -12,5 +12,6 @@ def step(model, x):
         if th.accelerator.is_available():
             th.accelerator.synchronize()
     if th.accelerator.is_available():
-        th.accelerator.empty_cache()
+        if th.accelerator.is_available():
+            th.accelerator.empty_cache()
     return y.to(DEVICE)
