@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from accelport.errors import UserError
 from accelport.inventory import scan
 from accelport.inventory.python.markers import marked_rules
-from accelport.migrate import migrate, migrate_source
+from accelport.migrate import Options, migrate, migrate_source, parse_select
 from accelport.migrate.writing import write_files
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
@@ -238,3 +238,38 @@ def test_write_follows_symlinks_and_refuses_files_changed_meanwhile(tmp_path):
     with pytest.raises(UserError, match="changed on disk since it was read"):
         write_files(pending.files)
     assert other.read_text().endswith("print('edited meanwhile')\n")
+
+
+@pytest.mark.parametrize("case", ["torch_cuda", "imports"])
+def test_half_migrated_code_gets_no_second_guard(case):
+    """`if torch.accelerator.is_available(): torch.cuda.synchronize()` (availability migrated first)
+    ends as a whole migration does: the call is already guarded, no nested test is added."""
+    source = (GOLDEN / f"{case}.input.py").read_text()
+    expected = (GOLDEN / f"{case}.expected.py").read_text()
+    availability_first = migrate_source(source, f"{case}.py", options=Options(select=parse_select(["AP1101"]))).migrated
+    assert availability_first != source
+    assert migrate_source(availability_first, f"{case}.py").migrated == expected
+
+
+def test_adjacent_seeds_become_one_and_comments_stay():
+    source = (
+        "import torch\n\n"
+        "torch.manual_seed(0)\n"
+        "torch.cuda.manual_seed_all(0)\n\n\n"
+        "def seed(s):\n"
+        "    torch.cuda.manual_seed(s)\n"
+        "    torch.cuda.manual_seed_all(s)  # every GPU\n"
+        "    torch.cuda.manual_seed_all(s + 1)\n"
+    )
+    expected = (
+        "import torch\n\n"
+        "torch.manual_seed(0)\n\n\n"
+        "def seed(s):\n"
+        "    torch.manual_seed(s)\n"
+        "    torch.manual_seed(s)  # every GPU\n"
+        "    torch.manual_seed(s + 1)\n"
+    )
+    for whole_file in (False, True):  # --diff/--check parse only what has findings; --write the whole file
+        result = migrate_source(source, "seeds.py", options=Options(whole_file=whole_file))
+        assert result.migrated == expected
+        assert migrate_source(result.migrated, "seeds.py").changes == []

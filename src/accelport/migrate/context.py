@@ -75,6 +75,7 @@ class FileContext:
     module_uses: list[int] = field(default_factory=list)  # top-level statement indexes using the module device
     # The whole file's parse, when `source.tree` holds only the statements with findings.
     whole_tree: Callable[[], ast.Module] | None = None
+    _whole_parse: ast.Module | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.layout = detect_layout(self.source)
@@ -183,8 +184,15 @@ class FileContext:
                 return name, False
         return DEVICE_NAMES[-1] + "_", False
 
-    def _whole(self) -> ast.Module:
-        return self.whole_tree() if self.whole_tree is not None else self.source.tree
+    def whole(self) -> ast.Module:
+        """The whole file's parse (positions as in `source`), even where `source.tree` is partial."""
+        if self.whole_tree is None:
+            return self.source.tree
+        if self._whole_parse is None:
+            self._whole_parse = self.whole_tree()
+        return self._whole_parse
+
+    _whole = whole
 
     def _defines_our_device(self, tree: ast.Module, name: str) -> bool:
         torch = self._module_torch or "torch"

@@ -86,6 +86,10 @@ def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
         return expr_edit(site, call, lambda c: prepend_args(c.with_changes(func=parse(func)), new_arg(device)))
     if "fallback_call" in entry:
         return _device_module_call(site, ctx, call, symbol, entry)
+    if symbol in ("torch.cuda.manual_seed", "torch.cuda.manual_seed_all") and call is not None:
+        dropped = _repeated_seed(site, ctx, call)
+        if dropped is not None:
+            return dropped
     path = portable_path(entry)
     if path is None:
         return None
@@ -105,8 +109,92 @@ def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
     return _guarded(site, ctx, call, new_func, entry)
 
 
+_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
+_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all"})
+
+
+def _tests_availability(ctx: FileContext, test: ast.AST) -> bool:
+    """`torch.cuda.is_available()` / `torch.accelerator.is_available()`, alone or as an `and` operand."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_tests_availability(ctx, value) for value in test.values)
+    return isinstance(test, ast.Call) and not test.args and ctx.qualname(test.func) in _AVAILABILITY
+
+
+def _already_guarded(site: Site, ctx: FileContext) -> bool:
+    """Is the site only reached when an accelerator is available (inside `if ...is_available():` and the like)?
+
+    Then the rewrite needs no guard of its own; adding one doubled the test, and a second
+    migration of migrated code added it again.
+    """
+    child: ast.AST = site.node
+    for parent in site.parents:
+        if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            return False
+        if isinstance(parent, ast.If | ast.IfExp | ast.While) and child is not parent.test:
+            body = parent.body if isinstance(parent.body, list) else [parent.body]
+            orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
+            if any(child is s for s in body) and _tests_availability(ctx, parent.test):
+                return True
+            test = parent.test
+            negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+            if negated and any(child is s for s in orelse) and _tests_availability(ctx, test.operand):
+                return True
+        if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
+            position = next(i for i, v in enumerate(parent.values) if v is child)
+            if any(_tests_availability(ctx, v) for v in parent.values[:position]):
+                return True
+        child = parent
+    return False
+
+
+def _seed_call(ctx: FileContext, statement: ast.stmt | None) -> tuple[str, str] | None:
+    """(qualified name, argument text) of a statement that is only a seeding call."""
+    if not isinstance(statement, ast.Expr) or not isinstance(statement.value, ast.Call):
+        return None
+    call = statement.value
+    name = ctx.qualname(call.func)
+    if name not in _SEEDS or len(call.args) != 1 or call.keywords:
+        return None
+    return name, ast.dump(call.args[0])
+
+
+def _repeated_seed(site: Site, ctx: FileContext, call: ast.Call) -> Edit | None:
+    """Drop `torch.cuda.manual_seed_all(s)` next to `torch.manual_seed(s)`: both become torch.manual_seed(s).
+
+    Only for adjacent statements with the same argument (nothing runs between them, so one call
+    does what the two did) and a line without a comment (a comment is never dropped).
+    """
+    statement = statement_call(site, call)
+    this = _seed_call(ctx, statement)
+    if this is None or not site.source.alone_on_its_lines(statement):
+        return None
+    parent = site.source.statement_parent(statement)
+    if isinstance(parent, ast.Module):
+        # The parse may hold only the top-level statements with findings: ask the whole file.
+        siblings = ctx.whole().body
+        index = next((i for i, s in enumerate(siblings) if s.lineno == statement.lineno), None)
+        if index is None:
+            return None
+    else:
+        siblings = next((v for _f, v in ast.iter_fields(parent) if isinstance(v, list) and any(s is statement for s in v)), [])
+        index = next(i for i, s in enumerate(siblings) if s is statement)
+    before = _seed_call(ctx, siblings[index - 1]) if index > 0 else None
+    after = _seed_call(ctx, siblings[index + 1]) if index + 1 < len(siblings) else None
+    repeated = (before is not None and before[1] == this[1]) or (
+        after is not None and after[1] == this[1] and not after[0].startswith("torch.cuda.")
+    )
+    if not repeated:
+        return None
+    _start, end = site.source.line_span(statement.lineno, statement.end_lineno)
+    if "#" in site.source.text[site.source.end(statement) : end]:
+        return None
+    return stmt_edit(site, statement, lambda line: [])
+
+
 def _guarded(site: Site, ctx: FileContext, call: ast.Call, new_func: str, entry: dict) -> Edit | None:
     """torch.cuda.X(...) -> torch.accelerator.Y(...) behind torch.accelerator.is_available()."""
+    if _already_guarded(site, ctx):
+        return replace_with(site, site.node, new_func)
     available = f"{ctx.path('torch.accelerator.is_available')}()"
     statement = statement_call(site, call)
     if statement is not None and site.source.alone_on_its_lines(statement):

@@ -12,6 +12,5 @@ def step(model, x):
         if th.accelerator.is_available():
             th.accelerator.synchronize()
     if th.accelerator.is_available():
-        if th.accelerator.is_available():
-            th.accelerator.empty_cache()
+        th.accelerator.empty_cache()
     return y.to(DEVICE)

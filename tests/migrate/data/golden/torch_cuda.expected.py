@@ -6,12 +6,26 @@ DEVICE = torch.accelerator.current_accelerator() or torch.device("cpu")
 
 def setup(local_rank):
     if torch.accelerator.is_available() and torch.accelerator.device_count() > 1:
-        if torch.accelerator.is_available():
-            torch.accelerator.set_device_index(local_rank)
+        torch.accelerator.set_device_index(local_rank)
     index = torch.accelerator.current_device_index() if torch.accelerator.is_available() else 0
     torch.manual_seed(0)
     torch.manual_seed(1)
     return index
+
+
+def seed_everything(seed):
+    torch.manual_seed(seed)
+
+
+def seed_gpus_then_all(seed):
+    torch.manual_seed(seed)
+
+
+def report():
+    if torch.accelerator.is_available():
+        torch.accelerator.synchronize()
+        return torch.accelerator.memory_allocated()
+    return torch.accelerator.max_memory_allocated() if torch.accelerator.is_available() else 0
 
 
 def step(model, x):

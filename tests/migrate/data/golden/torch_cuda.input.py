@@ -10,6 +10,23 @@ def setup(local_rank):
     return index
 
 
+def seed_everything(seed):
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+
+
+def seed_gpus_then_all(seed):
+    torch.cuda.manual_seed_all(seed)
+    torch.manual_seed(seed)
+
+
+def report():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated()
+    return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
+
+
 def step(model, x):
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
