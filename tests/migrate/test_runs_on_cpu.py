@@ -4,8 +4,8 @@ guarded or goes through accelport.compat, because torch.accelerator raises witho
 from __future__ import annotations
 
 import textwrap
-import warnings
 import types
+import warnings
 
 import torch
 
