@@ -115,7 +115,7 @@ def test_migrated_code_selects_a_fake_privateuse1_accelerator(migrated_app, app_
         "utils_device": "fakenpu",
         "autocast_device": "fakenpu",
         "scaler_device": "fakenpu",
-        "seeded": [7, 7],  # torch.manual_seed reaches the accelerator; utils seeds twice
+        "seeded": [7],  # torch.manual_seed reaches the accelerator, once: the repeated CUDA seed is dropped
         "bf16": False,  # asked of the backend's own module
         "visible": "CUDA_VISIBLE_DEVICES",  # an unknown vendor has no variable of its own
     }

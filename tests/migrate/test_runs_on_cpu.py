@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 import types
+import warnings
 
 import torch
 
@@ -64,3 +65,27 @@ def test_golden_torch_cuda_case_runs_on_the_cpu():
     name, bf16 = module.rng()
     if ON_CPU:
         assert name == "cpu" and bf16 is True
+
+
+def test_migrated_profiling_runs_without_a_warning_on_the_cpu():
+    module = load(
+        """
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+
+        def trace(model, x):
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                with torch.cuda.nvtx.range("forward"):
+                    model(x)
+            with torch.autograd.profiler.profile(use_cuda=True) as legacy:
+                model(x)
+            return prof, legacy
+        """
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prof, legacy = module.trace(torch.nn.Linear(2, 2), torch.ones(1, 2))
+    names = {event.name for event in legacy.function_events}
+    assert "aten::linear" in names
+    assert any(event.name == "forward" for event in prof.events())

@@ -36,7 +36,9 @@ def profiler_activity(site: Site, ctx: FileContext) -> Edit | None:
             return None
         qualname = ctx.qualname(call.func) or ""
         if qualname.startswith("torch.autograd.profiler"):
-            replacement = new_arg(ctx.device_type(site), keyword="use_device")
+            # use_device="cpu" warns ("not a valid device option"): the CPU is profiled anyway.
+            device_type, quote = ctx.device_type(site), site.quote
+            replacement = new_arg(f"{device_type} if {device_type} != {quote}cpu{quote} else None", keyword="use_device")
         elif any(k.arg == "activities" for k in call.keywords):
             replacement = None
         else:

@@ -11,6 +11,6 @@ def trace(model, x):
         torch.cuda.nvtx.range_push("backward")  # accelport: AP1502: use torch.profiler.record_function(name) as a context manager
         model(x).sum().backward()
         torch.cuda.nvtx.range_pop()  # accelport: AP1502: use torch.profiler.record_function(name) as a context manager
-    with torch.autograd.profiler.profile(use_device=DEVICE.type) as legacy:
+    with torch.autograd.profiler.profile(use_device=DEVICE.type if DEVICE.type != "cpu" else None) as legacy:
         model(x)
     return prof, legacy
