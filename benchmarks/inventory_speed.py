@@ -102,6 +102,7 @@ def measure(tree: Path, repeat: int, jobs: int | None) -> dict:
         "files_with_findings": data["summary"]["files_with_findings"],
         "findings": data["summary"]["findings"],
         "grep_hits": hits.count(b"\n"),
+        "grep_hits_per_1000_lines": round(hits.count(b"\n") * 1000 / max(lines, 1), 2),
         "accelport_wall_s": round(ours_median, 3),
         "accelport_wall_all_s": [round(t, 3) for t in ours],
         "accelport_lines_per_s": round(lines / ours_median),
