@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -16,6 +15,8 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", encoding: str | N
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     binary = "b" in mode
+    import tempfile  # imported here: most commands never write a file
+
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as handle:

@@ -10,7 +10,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from importlib import resources
 from typing import Any
 
 SCHEMA_VERSION = "1.0"
@@ -427,6 +426,8 @@ class Report:
 
 def report_schema() -> dict[str, Any]:
     """The JSON Schema that every inventory report validates against."""
+    from importlib import resources
+
     text = resources.files("accelport.schemas").joinpath("inventory-report.schema.json").read_text()
     return json.loads(text)
 

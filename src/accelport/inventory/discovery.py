@@ -8,17 +8,15 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import pathspec
+from typing import TYPE_CHECKING
 
 from accelport.errors import UserError
 from accelport.findings import SkippedFile
 from accelport.inventory.scanners import all_scanners, scanner_for
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+if TYPE_CHECKING:
+    import pathspec
+
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +69,9 @@ def _pyproject_excludes(root: Path) -> list[str]:
     pyproject = root / "pyproject.toml"
     if not pyproject.is_file():
         return []
+    from accelport.knowledge import _tomllib  # only when the root has a pyproject.toml
+
+    tomllib = _tomllib()
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -84,10 +85,16 @@ def _pyproject_excludes(root: Path) -> list[str]:
     return excludes
 
 
+def _gitignore_spec(lines: Iterable[str]) -> pathspec.PathSpec:
+    import pathspec  # only for trees with a .gitignore or excludes
+
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
 def _pattern_problem(pattern: str) -> str | None:
     """Why a gitignore-style pattern given to exclude files would not work, or None."""
     try:
-        spec = pathspec.GitIgnoreSpec.from_lines([pattern])
+        spec = _gitignore_spec([pattern])
     except (ValueError, re.error) as exc:
         return f"not a valid gitignore-style pattern ({exc})"
     if not spec.patterns or all(p.include is None for p in spec.patterns):
@@ -111,17 +118,17 @@ def _read_gitignore(directory: str) -> pathspec.PathSpec | None:
     except OSError:
         return None
     try:
-        spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        spec = _gitignore_spec(lines)
     except (ValueError, re.error):
         # git skips a line it cannot parse; do the same, line by line.
         log.warning("%s: ignoring patterns that are not valid gitignore syntax", path)
-        spec = pathspec.GitIgnoreSpec.from_lines([line for line in lines if _valid(line)])
+        spec = _gitignore_spec([line for line in lines if _valid(line)])
     return spec if spec.patterns else None
 
 
 def _valid(line: str) -> bool:
     try:
-        pathspec.GitIgnoreSpec.from_lines([line])
+        _gitignore_spec([line])
     except (ValueError, re.error):
         return False
     return True
@@ -166,7 +173,7 @@ def discover(
         project = _pyproject_excludes(root)
         check_excludes(project, f"{root / 'pyproject.toml'}: [tool.accelport] exclude")
         patterns = list(excludes) + project
-        exclude_spec = pathspec.GitIgnoreSpec.from_lines(patterns) if patterns else None
+        exclude_spec = _gitignore_spec(patterns) if patterns else None
         _walk(root_arg, str(root), result, exclude_spec, respect_gitignore, max_file_size, index, seen_files)
     return result
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import codecs
 import gc
 import logging
-import multiprocessing
 import os
 import queue
 import re
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -16,16 +16,15 @@ from accelport import __version__, knowledge
 from accelport.errors import UserError
 from accelport.findings import BackendStatus, Effort, Finding, Report, SkippedFile, sorted_findings
 from accelport.inventory.base import ScanSkipped, SourceFile
-from accelport.inventory.cuda_api import catalogue
-from accelport.inventory.cxx import link_kernel_launches
 from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
 from accelport.inventory.route import summarise
-from accelport.inventory.scanners import all_scanners
+from accelport.inventory.scanners import all_scanners, load_scanners
 
 log = logging.getLogger(__name__)
 
 # Files smaller than this in total are scanned in-process: starting workers costs more.
 PARALLEL_MIN_BYTES = 2 * 1024 * 1024
+_PYTHON_MODULE = "accelport.inventory.python"
 _CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 
 
@@ -52,7 +51,7 @@ def _declared_encoding(data: bytes) -> str | None:
 
 def scan_file(candidate: Candidate) -> FileResult:
     """Scan one file; every failure becomes a skip reason, never an exception."""
-    scanner = all_scanners()[candidate.scanner]
+    scanner = all_scanners()[candidate.scanner].load()
     try:
         with open(candidate.path, "rb") as handle:
             data = handle.read()
@@ -144,7 +143,12 @@ def run_scanners(
     on_progress: Callable[[int], None] | None = None,
 ) -> Iterable[FileResult]:
     total_bytes = sum(f.size for f in files)
-    if jobs <= 1 or len(files) < 2 or total_bytes < PARALLEL_MIN_BYTES or "fork" not in multiprocessing.get_all_start_methods():
+    serial = jobs <= 1 or len(files) < 2 or total_bytes < PARALLEL_MIN_BYTES
+    if not serial:
+        import multiprocessing  # small trees never pay for it
+
+        serial = "fork" not in multiprocessing.get_all_start_methods()
+    if serial:
         for chunk in _chunks(files, 1):
             yield from _scan_chunk(chunk)
             if on_progress:
@@ -243,8 +247,19 @@ def scan(
     knowledge.vendors()
     knowledge.torch_api()
     knowledge.packages()
-    catalogue()  # site [[cuda_api]] entries, checked even when the tree holds no C/C++
+    if any("cuda_api" in data for _, data in knowledge._user_data()):
+        from accelport.inventory.cuda_api import catalogue
+
+        catalogue()  # site [[cuda_api]] entries, checked even when the tree holds no C/C++
     found = discover(paths, excludes=excludes, respect_gitignore=respect_gitignore, max_file_size=max_file_size)
+    # Import the scanners this tree needs (and, for C/C++, build files and binaries, the
+    # CUDA API catalogue) once, here, so that forked workers inherit them.
+    used = {candidate.scanner for candidate in found.files}
+    load_scanners(used)
+    if any(all_scanners()[index].module != _PYTHON_MODULE for index in used):
+        from accelport.inventory.cuda_api import catalogue
+
+        catalogue()
     if on_discovered:
         on_discovered(len(found.files))
     jobs = jobs or os.cpu_count() or 1
@@ -260,7 +275,11 @@ def scan(
         scanned += 1
         findings.extend(result.findings)
         skipped.extend(SkippedFile(f"{result.display}!{part}", reason) for part, reason in result.skipped_parts)
-    findings = link_kernel_launches(sorted_findings(findings))
+    findings = sorted_findings(findings)
+    if "accelport.inventory.cxx" in sys.modules:  # kernels and launches exist only where C/C++ was scanned
+        from accelport.inventory.cxx import link_kernel_launches
+
+        findings = link_kernel_launches(findings)
     if target is not None:
         findings = retarget(findings, target)
     route, effort, files = summarise(findings)

@@ -13,7 +13,6 @@ from typing import Any
 from accelport import __version__, knowledge
 from accelport.findings import Category, Effort, Finding, Report
 from accelport.report import markdown
-from accelport.report.html import HtmlPage
 
 FORMATS = ("table", "json", "sarif", "csv", "md", "html")
 
@@ -194,6 +193,8 @@ def render_markdown(report: Report) -> str:
 
 def render_html(report: Report) -> str:
     summary = report.summary()
+    from accelport.report.html import HtmlPage
+
     page = HtmlPage(
         f"accelport inventory: {', '.join(report.roots)}",
         f"accelport {report.tool_version}" + (f" · target {report.target}" if report.target else ""),

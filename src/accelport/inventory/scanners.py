@@ -1,34 +1,110 @@
-"""The registry of file scanners. Adding a language or file kind is adding one line here."""
+"""The registry of file scanners. Adding a language or file kind is adding one line here.
+
+Each line names the scanner's class and repeats which files it claims, so that finding
+files imports no scanner: a Python-only tree never loads the C++, build-file, manifest
+or binary scanners (and their tables). tests/inventory/test_scanners.py checks that each
+line matches its class.
+"""
 
 from __future__ import annotations
 
+import importlib
+import re
 from functools import cache
+from typing import Any
 
 from accelport.inventory.base import FileScanner
 
+# (module, class, suffixes, exact file names, file-name regexes), in the order scanners
+# claim files: the first claim wins.
+_DECLARED: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...] = (
+    # setup.py: the Python scanner's findings plus nvcc flags and arch lists
+    ("accelport.inventory.buildfiles", "SetupScriptScanner", (), ("setup.py",), ()),
+    ("accelport.inventory.python", "PythonScanner", (".py", ".pyi", ".pyw"), (), ()),
+    ("accelport.inventory.python", "NotebookScanner", (".ipynb",), (), ()),
+    (
+        "accelport.inventory.cxx",
+        "CxxScanner",
+        (".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".ipp", ".tcc", ".cu.inc"),
+        (),
+        (),
+    ),
+    (
+        "accelport.inventory.buildfiles",
+        "BuildFileScanner",
+        (".cmake", ".mk", ".mak", ".dockerfile"),
+        ("CMakeLists.txt", "Makefile", "makefile", "GNUmakefile", "Dockerfile", "Containerfile"),
+        (r"(?:Dockerfile|Containerfile)[.-][\w.-]+", r"Makefile[.-][\w.-]+"),
+    ),
+    (
+        "accelport.inventory.manifests",
+        "ManifestScanner",
+        (),
+        ("pyproject.toml", "setup.cfg", "Pipfile"),
+        (
+            r"(?i)requirements.*\.(?:txt|in)",
+            r"(?i)constraints.*\.txt",
+            r"(?i)(?:conda[-_.]?)?env(?:ironment)?(?:[-_.][\w.-]+)?\.ya?ml",
+        ),
+    ),
+    ("accelport.inventory.binary", "BinaryScanner", (".so", ".o", ".cubin", ".fatbin", ".whl", ".node"), (), (r".+\.so(?:\.\d+)+",)),
+)  # fmt: skip
+
+
+class DeclaredScanner:
+    """A scanner known by the files it claims; its module is imported at first real use."""
+
+    def __init__(self, module: str, cls: str, suffixes: tuple[str, ...], filenames: tuple[str, ...], patterns: tuple[str, ...]) -> None:
+        self.module = module
+        self.cls = cls
+        self.suffixes = suffixes
+        self.filenames = filenames
+        self.filename_patterns = patterns
+        self._patterns: list[re.Pattern[str]] | None = None
+        self._instance: FileScanner | None = None
+
+    def claims(self, filename: str) -> bool:
+        if filename in self.filenames or filename.lower().endswith(self.suffixes):
+            return True
+        if not self.filename_patterns:
+            return False
+        if self._patterns is None:
+            self._patterns = [re.compile(p) for p in self.filename_patterns]
+        return any(p.fullmatch(filename) for p in self._patterns)
+
+    def load(self) -> FileScanner:
+        if self._instance is None:
+            self._instance = getattr(importlib.import_module(self.module), self.cls)()
+        return self._instance
+
+    @property
+    def loaded(self) -> bool:
+        return self._instance is not None
+
+    def __getattr__(self, name: str) -> Any:  # name, binary, wants, scan ...: the real scanner's
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.load(), name)
+
+    def __repr__(self) -> str:
+        return f"<scanner {self.module}.{self.cls}>"
+
 
 @cache
-def all_scanners() -> tuple[FileScanner, ...]:
-    """One instance of every scanner, in the order they claim files (first claim wins)."""
-    from accelport.inventory.binary import BinaryScanner
-    from accelport.inventory.buildfiles import BuildFileScanner, SetupScriptScanner
-    from accelport.inventory.cxx import CxxScanner
-    from accelport.inventory.manifests import ManifestScanner
-    from accelport.inventory.python import NotebookScanner, PythonScanner
-
-    return (
-        SetupScriptScanner(),  # setup.py: the Python scanner's findings plus nvcc flags and arch lists
-        PythonScanner(),
-        NotebookScanner(),
-        CxxScanner(),
-        BuildFileScanner(),
-        ManifestScanner(),
-        BinaryScanner(),
-    )
+def all_scanners() -> tuple[DeclaredScanner, ...]:
+    """Every scanner, in the order they claim files (first claim wins)."""
+    return tuple(DeclaredScanner(*line) for line in _DECLARED)
 
 
-def scanner_for(filename: str) -> FileScanner | None:
+def scanner_for(filename: str) -> DeclaredScanner | None:
     for scanner in all_scanners():
         if scanner.claims(filename):
             return scanner
     return None
+
+
+def load_scanners(indexes: set[int]) -> None:
+    """Import the scanners with these indexes now (before worker processes are forked)."""
+    scanners = all_scanners()
+    for index in sorted(indexes):
+        scanners[index].load()

@@ -7,21 +7,15 @@ or override vendors, torch API entries and package entries without touching code
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 from accelport.errors import UserError
 from accelport.findings import Category, Effort, Route, Rule
@@ -56,6 +50,11 @@ def _clear_caches() -> None:
         loader.cache_clear()
 
 
+# The data files ship inside the package (wheels install them as plain files); a Path is
+# cheaper to start than importlib.resources, which imports zipfile and tempfile.
+_HERE = Path(__file__).resolve().parent
+
+
 def read_toml(name: str) -> dict[str, Any]:
     """A TOML file shipped in this package, by path relative to `knowledge/`.
 
@@ -63,11 +62,17 @@ def read_toml(name: str) -> dict[str, Any]:
     folder: TOML parsing of the knowledge files was a fifth of a small command's run.
     The text is always read, so an edited file is never served stale.
     """
-    node = resources.files(__name__)
-    for part in name.split("/"):
-        node = node.joinpath(part)
-    raw = node.read_bytes()
+    raw = _HERE.joinpath(*name.split("/")).read_bytes()
     return _cached_parse(raw, name)
+
+
+def _tomllib() -> Any:
+    """The TOML parser, imported only when a file is not in the parse cache (or a user file is read)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    return tomllib
 
 
 def _cache_dir() -> Path | None:
@@ -79,14 +84,15 @@ def _cache_dir() -> Path | None:
 
 def _cached_parse(raw: bytes, name: str) -> dict[str, Any]:
     folder = _cache_dir()
-    path = folder / f"{hashlib.sha1(raw).hexdigest()}.pickle" if folder else None
+    # Keyed by length and CRC-32 of the text: hashlib (OpenSSL) costs more to import than this whole lookup.
+    path = folder / f"{len(raw):x}-{zlib.crc32(raw):08x}.pickle" if folder else None
     if path is not None:
         try:
             with open(path, "rb") as handle:
                 return pickle.load(handle)
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
             pass
-    data = tomllib.loads(raw.decode("utf-8"))
+    data = _tomllib().loads(raw.decode("utf-8"))
     if path is not None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -100,16 +106,12 @@ def _cached_parse(raw: bytes, name: str) -> dict[str, Any]:
 
 
 def read_json(name: str) -> Any:
-    node = resources.files(__name__)
-    for part in name.split("/"):
-        node = node.joinpath(part)
-    return json.loads(node.read_text(encoding="utf-8"))
+    return json.loads(_HERE.joinpath(*name.split("/")).read_text(encoding="utf-8"))
 
 
 def data_files(folder: str, suffix: str = ".toml") -> list[str]:
     """Names (relative to `knowledge/`) of the data files in one folder, sorted."""
-    node = resources.files(__name__).joinpath(folder)
-    return sorted(f"{folder}/{entry.name}" for entry in node.iterdir() if entry.name.endswith(suffix))
+    return sorted(f"{folder}/{entry.name}" for entry in _HERE.joinpath(folder).iterdir() if entry.name.endswith(suffix))
 
 
 @cache
@@ -123,8 +125,8 @@ def _user_data() -> tuple[tuple[Path, dict[str, Any]], ...]:
         except OSError as exc:
             raise UserError(f"{path}: cannot read knowledge file ({exc.strerror})") from None
         try:
-            loaded.append((path, tomllib.loads(text)))
-        except tomllib.TOMLDecodeError as exc:
+            loaded.append((path, _tomllib().loads(text)))
+        except _tomllib().TOMLDecodeError as exc:
             raise UserError(f"{path}: not valid TOML ({exc}); fix the file or drop it from --knowledge") from None
     return tuple(loaded)
 

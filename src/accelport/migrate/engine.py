@@ -358,7 +358,7 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
     Python (C++/CUDA sources, build files, manifests, binaries) are route-B work: they are
     counted, never rewritten.
     """
-    scanner = all_scanners()[candidate.scanner]
+    scanner = all_scanners()[candidate.scanner].load()
     suffix = os.path.splitext(candidate.path)[1].lower()
     python = isinstance(scanner, PythonScanner | SetupScriptScanner) and suffix in (".py", ".pyw")
     if python:
