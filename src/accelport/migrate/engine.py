@@ -209,19 +209,31 @@ def _parse(text: str, path: str) -> ast.Module:
 
 
 def _scan(
-    text: str, path: str, scanner: FileScanner | None = None, also: set[int] | None = None
+    text: str,
+    path: str,
+    scanner: FileScanner | None = None,
+    also: set[int] | None = None,
+    *,
+    data: bytes | None = None,
+    wanted: set[int] | None = None,
+    edges: chunks.LazyEdges | None = None,
 ) -> tuple[list[Finding], ast.Module | None]:
     """Inventory's findings for `text` (markers acknowledged) and the parse they came from.
 
     The parse covers the statements with findings; `also` adds lines whose statements must
     be parsed too (rewritten ones, which may hold no CUDA token any more), so that one
     parse both rescans a rewritten file and checks what was rewritten.
+    `data`, `wanted` and `edges`, when the caller has them, are the file's bytes (encoding
+    `text`), its CUDA-token lines and its string edges: they are not computed again.
     """
     scanner = scanner or _SCANNER
-    source = SourceFile(path, text.encode("utf-8", "surrogatepass"))
+    source = SourceFile(path, data if data is not None else text.encode("utf-8", "surrogatepass"))
     if type(scanner) is PythonScanner:
-        wanted = code_token_lines(source.data) | (also or set())
-        findings = scan_python_text(source, source.text, wanted=wanted) if wanted else []
+        if wanted is None:
+            edges = chunks.LazyEdges(source.data)
+            wanted = code_token_lines(source.data, edges)
+        wanted = wanted | (also or set())
+        findings = scan_python_text(source, text, wanted=wanted, data=source.data, edges=edges) if wanted else []
     else:
         findings = scanner.scan(source)
     if MARKER_WORD in source.data:
@@ -368,12 +380,21 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
         except OSError as exc:
             return SkippedFile(candidate.display, f"cannot be read ({exc.strerror})")
         if b"\x00" not in data[:8192]:
-            if not isinstance(scanner, SetupScriptScanner) and (not scanner.wants(data) or not code_token_lines(data)):
-                return None  # no CUDA token outside comments and docstrings
+            wanted = edges = None
+            if not isinstance(scanner, SetupScriptScanner):
+                if not scanner.wants(data):
+                    return None
+                edges = chunks.LazyEdges(data)
+                wanted = code_token_lines(data, edges)
+                if not wanted:
+                    return None  # no CUDA token outside comments and docstrings
             try:
                 bom = data.startswith(b"\xef\xbb\xbf")
                 text = data.decode("utf-8-sig" if bom else "utf-8")
-                findings, tree = _scan(text, candidate.display, scanner)
+                if bom:
+                    findings, tree = _scan(text, candidate.display, scanner)  # offsets of the text without its BOM
+                else:
+                    findings, tree = _scan(text, candidate.display, scanner, data=data, wanted=wanted, edges=edges)
             except (UnicodeDecodeError, ScanSkipped, ValueError, MemoryError, RecursionError):
                 pass  # let inventory say what is wrong with it
             else:
