@@ -29,18 +29,46 @@ def canonical_device(torch: str, quote: str = '"') -> str:
     return f"{torch}.accelerator.current_accelerator() or {torch}.device({quote}cpu{quote})"
 
 
-_SHORT_STRING = re.compile(r"""(?<![\w'"])(?:'[^'"\\\n]{0,40}'|"[^'"\\\n]{0,40}")""")
+# A short one-line string literal, and what may not stand right before its opening quote
+# (a prefix letter, or another quote): checked by hand, since a leading look-behind makes
+# the regex engine try every position instead of jumping from quote to quote.
+_SHORT_STRING = re.compile(r"""'[^'"\\\n]{0,40}'|"[^'"\\\n]{0,40}\"""")
+_NOT_BEFORE = re.compile(r"""[\w'"]""")
 
 
 def usual_quote(text: str) -> str:
     """The quote the file mostly writes short strings with (double when it is a tie)."""
     singles = doubles = 0
-    for match in _SHORT_STRING.finditer(text, 0, 50_000):
-        if match.group()[0] == "'":
+    search, before = _SHORT_STRING.search, _NOT_BEFORE.match
+    position = 0
+    while (match := search(text, position, 50_000)) is not None:
+        start, end = match.span()
+        if start and before(text, start - 1):
+            position = end - 1  # not a string start; its closing quote may open one
+            continue
+        if text[start] == "'":
             singles += 1
         else:
             doubles += 1
+        position = end
     return "'" if singles > doubles else '"'
+
+
+_WORD_CHAR = re.compile(r"\w")
+
+
+def _has_word(text: str, word: str) -> bool:
+    """Does `word` (an identifier) occur in `text` as a whole word, as `\\bword\\b` would find it?
+
+    `str.find` jumps to each occurrence; a regex that starts with `\\b` tries every position.
+    """
+    at = text.find(word)
+    while at >= 0:
+        end = at + len(word)
+        if not (at and _WORD_CHAR.match(text, at - 1)) and not _WORD_CHAR.match(text, end):
+            return True
+        at = text.find(word, at + 1)
+    return False
 
 
 def _normal(text: str) -> str:
@@ -175,7 +203,7 @@ class FileContext:
     def _choose_device_name(self) -> tuple[str, bool]:
         for name in DEVICE_NAMES:
             # A name that never appears in the text is certainly free; otherwise ask the whole file.
-            if re.search(rf"\b{name}\b", self.source.text) is None:
+            if not _has_word(self.source.text, name):
                 return name, False
             whole = self._whole()
             if self._defines_our_device(whole, name):

@@ -20,14 +20,12 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from accelport import knowledge
 from accelport.errors import UserError
 from accelport.findings import Finding, SkippedFile
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
-from accelport.inventory.buildfiles import SetupScriptScanner
 from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
 from accelport.inventory.engine import PARALLEL_MIN_BYTES, scan_file
 from accelport.inventory.engine import _chunks as chunks_of_equal_bytes
@@ -370,9 +368,11 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
     Python (C++/CUDA sources, build files, manifests, binaries) are route-B work: they are
     counted, never rewritten.
     """
-    scanner = all_scanners()[candidate.scanner].load()
+    declared = all_scanners()[candidate.scanner]
+    scanner = declared.load()
+    setup_script = declared.cls == "SetupScriptScanner"
     suffix = os.path.splitext(candidate.path)[1].lower()
-    python = isinstance(scanner, PythonScanner | SetupScriptScanner) and suffix in (".py", ".pyw")
+    python = (setup_script or isinstance(scanner, PythonScanner)) and suffix in (".py", ".pyw")
     if python:
         try:
             with open(candidate.path, "rb") as handle:
@@ -381,7 +381,7 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
             return SkippedFile(candidate.display, f"cannot be read ({exc.strerror})")
         if b"\x00" not in data[:8192]:
             wanted = edges = None
-            if not isinstance(scanner, SetupScriptScanner):
+            if not setup_script:
                 if not scanner.wants(data):
                     return None
                 edges = chunks.LazyEdges(data)
@@ -468,6 +468,8 @@ def migrate(
         batches: Iterable[list] = (_migrate_chunk(chunk, options, keep_text) for chunk in chunks)
         pool = None
     else:
+        from concurrent.futures import ProcessPoolExecutor
+
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method))
         batches = pool.map(_migrate_chunk, chunks, [options] * len(chunks), [keep_text] * len(chunks))
