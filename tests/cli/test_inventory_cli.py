@@ -114,3 +114,12 @@ def test_marked_findings_are_reported_but_do_not_fail(cli, tmp_path):
     assert "[marked]" in result.out and "1 marked in the source" in result.out
     data = json.loads(cli("inventory", code, "--format", "json").out)
     assert data["summary"]["acknowledged"] == 1 and data["findings"][0]["acknowledged"] is True
+
+
+def test_output_under_a_file_names_the_file(cli, tmp_path):
+    blocker = tmp_path / "report"
+    blocker.write_text("keep me")
+    result = cli("inventory", EXAMPLE, "--format", "json", "-o", blocker / "out.json")
+    assert result.code == 2
+    assert f"{blocker} is a file, not a folder" in result.err and "File exists" not in result.err
+    assert blocker.read_text() == "keep me"

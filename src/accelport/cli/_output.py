@@ -48,6 +48,16 @@ def check_output(path: str, option: str = "-o") -> None:
         raise UserError(f"{option} {path}: {problem}; give a writable file, or '-'")
 
 
+def _why(path: Path, exc: OSError) -> str:
+    """The reason a write failed, in the user's terms: a parent that is a file reads as such, not as 'File exists'."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{parent} is a file, not a folder"
+            break
+    return exc.strerror or str(exc)
+
+
 def emit(content: str | bytes, output: str | None, option: str = "-o") -> None:
     """Print `content`, or write it atomically to `output` when one is given ('-' is stdout).
 
@@ -63,7 +73,7 @@ def emit(content: str | bytes, output: str | None, option: str = "-o") -> None:
             else:
                 atomic_write_text(path, content)
         except OSError as exc:
-            raise UserError(f"{option} {output}: cannot write ({exc.strerror}); choose another {option} path") from None
+            raise UserError(f"{option} {output}: cannot write ({_why(path, exc)}); choose another {option} path") from None
         return
     if isinstance(content, bytes):
         sys.stdout.buffer.write(content)
@@ -172,4 +182,4 @@ def save_text(option: str, path: Path | None, text: str) -> None:
     try:
         atomic_write_text(path, text)
     except OSError as exc:
-        raise UserError(f"{option} {path}: cannot write ({exc.strerror}); choose another path") from None
+        raise UserError(f"{option} {path}: cannot write ({_why(path, exc)}); choose another path") from None
