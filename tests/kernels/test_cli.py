@@ -34,7 +34,7 @@ def test_test_command_fails_with_exit_1_when_a_check_fails(cli, monkeypatch):
     assert result.code == 1 and "FAIL" in result.out
 
 
-@pytest.mark.parametrize("args", [("kernels", "test", "conv"), ("kernels", "bench", "softmax", "--device", "cuda:7"), ("kernels", "hardware", "tpu")])
+@pytest.mark.parametrize("args", [("kernels", "test", "conv"), ("kernels", "bench", "softmax", "--device", "cuda:7"), ("kernels", "hardware", "tpu"), ("kernels", "aot", "--jobs", "0")])
 def test_bad_input_is_one_line_and_exit_2(cli, args):
     result = cli(*args)
     assert result.code == 2

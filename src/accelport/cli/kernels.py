@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from accelport.cli._output import Style, emit, use_color
+from accelport.cli._output import Style, emit, positive_int, use_color
 from accelport.errors import UserError
 from accelport.report.table import text_table
 
@@ -259,7 +259,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("aot", help="compile every launch for GPU targets without a GPU; check shared memory")
     _common(p, device=False)
     p.add_argument("--target", action="append", choices=("sm_80", "sm_90", "gfx942"), help="compile target; repeatable (default: all three)")
-    p.add_argument("--jobs", type=int, metavar="N", help="compiler processes (default: CPU count)")
+    p.add_argument("--jobs", type=positive_int, metavar="N", help="compiler processes (default: CPU count)")
     p.set_defaults(handler=run_aot)
 
     p = sub.add_parser("hardware", help="hardware profiles: on-chip memory, cores, matrix units, peaks")
