@@ -34,7 +34,7 @@ def test_test_command_fails_with_exit_1_when_a_check_fails(cli, monkeypatch):
     assert result.code == 1 and "FAIL" in result.out
 
 
-@pytest.mark.parametrize("args", [("kernels", "test", "conv"), ("kernels", "bench", "softmax", "--device", "cuda:7"), ("kernels", "hardware", "tpu"), ("kernels", "aot", "--jobs", "0")])
+@pytest.mark.parametrize("args", [("kernels", "test", "conv"), ("kernels", "bench", "softmax", "--device", "cuda:7"), ("kernels", "hardware", "tpu")])
 def test_bad_input_is_one_line_and_exit_2(cli, args):
     result = cli(*args)
     assert result.code == 2
@@ -181,3 +181,9 @@ def test_a_forced_implementation_that_cannot_load_is_exit_2_not_a_fallback(cli, 
     result = cli("kernels", "test", "swiglu", "softmax", "--device", "cpu", "--dtype", "float32", "--no-lint")
     assert result.code == 2 and result.out == ""
     assert result.err.count("\n") == 1 and message in result.err and "Traceback" not in result.err
+
+
+def test_aot_jobs_zero_is_a_usage_error(cli):
+    result = cli("kernels", "aot", "--jobs", "0")
+    assert result.code == 2
+    assert "argument --jobs: must be at least 1" in result.err and "Traceback" not in result.err
