@@ -467,8 +467,7 @@ def _scan(
         else np.float32
     )
     chunk = CHUNK_ELEMENTS
-    item = max(dumpfile.DTYPES[rdt][1], dumpfile.DTYPES[tdt][1])
-    span = max(chunk, WINDOW_BYTES // item // chunk * chunk)
+    span = _window_elements(rdt, tdt)
     work = _work_buffers(chunk, wide)
     acc = _Accumulator()
     for low in range(first, last, span):
@@ -487,6 +486,12 @@ def _scan(
     return acc
 
 
+def _window_elements(ref_dtype: str, test_dtype: str) -> int:
+    """Elements mapped at a time: whole chunks, WINDOW_BYTES or less on the wider side."""
+    item = max(dumpfile.DTYPES[ref_dtype][1], dumpfile.DTYPES[test_dtype][1])
+    return max(CHUNK_ELEMENTS, WINDOW_BYTES // item // CHUNK_ELEMENTS * CHUNK_ELEMENTS)
+
+
 def compare_tensors(
     ref_files: TensorFiles,
     ref: Mapping[str, Any],
@@ -498,11 +503,16 @@ def compare_tensors(
 ) -> TensorDiff:
     """Stream both tensors chunk by chunk and compute every metric; memory stays at a few MiB per thread.
 
-    With a thread pool, a large tensor's element range is split over its threads (numpy
-    releases the GIL while it computes).
+    With a thread pool, a large tensor's element range is cut into pieces of a window or
+    less, at least one per thread, which the threads take as they come free (numpy
+    releases the GIL while it computes): a thread slowed by another process on its core
+    leaves the rest to the others instead of holding up the tensor.
     """
     total = math.prod(ref["shape"])
-    parts = pool._max_workers if pool is not None and total >= 4 * CHUNK_ELEMENTS else 1
+    parts = 1
+    if pool is not None and total >= 4 * CHUNK_ELEMENTS:
+        window = _window_elements(ref["dtype"], test["dtype"])
+        parts = max(pool._max_workers, -(-total // window))
     per = -(-total // parts)
     per += (-per) % CHUNK_ELEMENTS
     if parts == 1:
