@@ -234,8 +234,12 @@ class TensorFiles:
         fd, start, _ = self._open(entry["file"])
         want = min(len(buffer), int(entry["nbytes"]) - first)
         got = os.preadv(fd, [buffer[:want]], start + int(entry["start"]) + first)
-        self.bytes_read += got
+        self._count(got)
         return got
+
+    def _count(self, nbytes: int) -> None:
+        with self._lock:  # `+=` from two threads can lose an update
+            self.bytes_read += nbytes
 
     def elements(self, entry: Mapping[str, Any], first: int, last: int) -> Any:
         """Elements [first, last) of `entry` as a read-only numpy array of its storage dtype, or
@@ -261,9 +265,9 @@ class TensorFiles:
         except OSError:  # a file system that cannot map files: read instead
             raw = bytearray(nbytes)
             got = os.preadv(fd, [raw], offset)
-            self.bytes_read += got
+            self._count(got)
             return np.frombuffer(raw, dtype=storage) if got == nbytes else None
-        self.bytes_read += nbytes
+        self._count(nbytes)
         return np.frombuffer(region, dtype=storage, count=last - first, offset=offset - base)
 
     def load(self, entry: Mapping[str, Any]) -> Any:
