@@ -255,7 +255,9 @@ class TensorFiles:
         item = np.dtype(storage).itemsize
         offset = start + int(entry["start"]) + first * item
         nbytes = (last - first) * item
-        if offset + nbytes > size:  # mapping past the end would fault on access
+        if offset + nbytes > size and offset + nbytes > os.fstat(fd).st_size:
+            # Past the end (the size is re-read: a dump still being written grows): mapping
+            # it would fault on access.
             return None
         base = offset - offset % mmap.ALLOCATIONGRANULARITY
         try:
