@@ -11,8 +11,9 @@ generation counts:
   - for comparison, a plain sequential read of both dumps' tensor files (what the disk or
     page cache delivers with no work at all), timed.
 
-Throughput is the tensor bytes of both dumps over the compare's wall time (and, beside it,
-per dump). The dumps are deleted afterwards. Target: at least 500 MB/s, peak RSS under 1 GB.
+Throughput is the tensor bytes over the compare's wall time, printed per dump (one dump's
+bytes: what the target is about) and for both dumps together. The dumps are deleted
+afterwards unless --keep. Target: at least 500 MB/s per dump, peak RSS under 1 GB.
 
     python benchmarks/compare_speed.py [--size-gb 2] [--elements 16777216] [--keep DIR]
 """
@@ -135,9 +136,9 @@ def main() -> None:
         "generation_seconds": round(generation, 1),
         "cpus": os.cpu_count(),
         "load_average": [round(v, 2) for v in os.getloadavg()],
-        "target_mb_per_s": TARGET_MB_S,
+        "target_mb_per_s_per_dump": TARGET_MB_S,
         "target_peak_rss_mb": TARGET_RSS_MB,
-        "meets_target": total_mb / compared["seconds"] >= TARGET_MB_S
+        "meets_target": total_mb / 2 / compared["seconds"] >= TARGET_MB_S
         and compared["peak_rss_mb"] < TARGET_RSS_MB,
     }
     print(json.dumps(result, indent=2))

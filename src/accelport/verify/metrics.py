@@ -29,7 +29,10 @@ tensors differ, so statistics mode never fails a pair that full tensors would pa
 from __future__ import annotations
 
 import math
+import mmap
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -39,7 +42,6 @@ from typing import Any
 from accelport.verify import dumpfile
 
 _FLOAT_RANK = {"float64": 4, "float32": 3, "float16": 2, "bfloat16": 1}
-CHUNK_ELEMENTS = 1 << 18  # 1 MiB of float32 per side: stays in cache across the passes
 # Under "norm", no single element may differ by more than GUARD times the "max" criterion's bound.
 GUARD = 10.0
 
@@ -184,6 +186,15 @@ def compare_stats(
 
 
 # -- full tensors --------------------------------------------------------------------------------
+#
+# Each chunk of a tensor pair is measured by a fixed sequence of numpy passes over buffers that
+# stay in L2 (CHUNK_ELEMENTS elements per side, with the scratch arrays about 1.5 MiB in
+# float32), and each pass feeds as many metrics as it can: |diff| feeds max abs, allclose, max
+# rel, mean rel and ULP; |ref| feeds the allclose bound, the relative and the ULP denominator.
+# Tensor data is mapped from the page cache a window at a time rather than copied.
+
+CHUNK_ELEMENTS = 1 << 16
+WINDOW_BYTES = 8 << 20  # tensor data mapped at once, per side and thread: bounds resident memory
 
 
 class TensorFiles:
@@ -191,36 +202,75 @@ class TensorFiles:
 
     def __init__(self, dump: Path) -> None:
         self.dump = Path(dump)
-        self._handles: dict[str, tuple[int, int]] = {}  # file -> (fd, data start)
+        # file -> (fd, data start, size), the least recently used first
+        self._handles: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
+        self._lock = threading.Lock()  # the threads of one compare open files through one instance
         self.bytes_read = 0
 
-    def _open(self, name: str) -> tuple[int, int]:
-        hit = self._handles.get(name)
-        if hit is not None:
-            return hit
-        if len(self._handles) >= 8:
-            fd, _ = self._handles.pop(next(iter(self._handles)))
-            os.close(fd)
-        path = self.dump / name
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            from accelport.errors import UserError
+    def _open(self, name: str) -> tuple[int, int, int]:
+        with self._lock:
+            hit = self._handles.get(name)
+            if hit is not None:
+                self._handles.move_to_end(name)
+                return hit
+            if len(self._handles) >= 8:
+                _, (fd, _, _) = self._handles.popitem(last=False)
+                os.close(fd)
+            path = self.dump / name
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                from accelport.errors import UserError
 
-            raise UserError(
-                f"{path}: tensor file missing; the dump is incomplete (copy the whole folder)"
-            ) from None
-        start = dumpfile.data_start(path)
-        self._handles[name] = (fd, start)
-        return fd, start
+                raise UserError(
+                    f"{path}: tensor file missing; the dump is incomplete (copy the whole folder)"
+                ) from None
+            start = dumpfile.data_start(path)
+            self._handles[name] = (fd, start, os.fstat(fd).st_size)
+            return self._handles[name]
 
     def read_into(self, entry: Mapping[str, Any], first: int, buffer: memoryview) -> int:
         """Read bytes of `entry` from byte `first` into `buffer`; returns the number read."""
-        fd, start = self._open(entry["file"])
+        fd, start, _ = self._open(entry["file"])
         want = min(len(buffer), int(entry["nbytes"]) - first)
         got = os.preadv(fd, [buffer[:want]], start + int(entry["start"]) + first)
-        self.bytes_read += got
+        self._count(got)
         return got
+
+    def _count(self, nbytes: int) -> None:
+        with self._lock:  # `+=` from two threads can lose an update
+            self.bytes_read += nbytes
+
+    def elements(self, entry: Mapping[str, Any], first: int, last: int) -> Any:
+        """Elements [first, last) of `entry` as a read-only numpy array of its storage dtype, or
+        None when the file ends before them (an interrupted dump).
+
+        The array is a view of the file mapped into memory: no copy, and the mapping goes when
+        the array does.
+        """
+        import numpy as np
+
+        fd, start, size = self._open(entry["file"])
+        storage = _storage_dtype(entry["dtype"])
+        item = np.dtype(storage).itemsize
+        offset = start + int(entry["start"]) + first * item
+        nbytes = (last - first) * item
+        if offset + nbytes > size and offset + nbytes > os.fstat(fd).st_size:
+            # Past the end (the size is re-read: a dump still being written grows): mapping
+            # it would fault on access.
+            return None
+        base = offset - offset % mmap.ALLOCATIONGRANULARITY
+        try:
+            region = mmap.mmap(
+                fd, offset + nbytes - base, mmap.MAP_SHARED, mmap.PROT_READ, offset=base
+            )
+        except OSError:  # a file system that cannot map files: read instead
+            raw = bytearray(nbytes)
+            got = os.preadv(fd, [raw], offset)
+            self._count(got)
+            return np.frombuffer(raw, dtype=storage) if got == nbytes else None
+        self._count(nbytes)
+        return np.frombuffer(region, dtype=storage, count=last - first, offset=offset - base)
 
     def load(self, entry: Mapping[str, Any]) -> Any:
         """The whole tensor as a numpy array of its dtype widened to float32/float64 (for replay)."""
@@ -239,9 +289,10 @@ class TensorFiles:
         ).reshape(entry["shape"])
 
     def close(self) -> None:
-        for fd, _ in self._handles.values():
-            os.close(fd)
-        self._handles.clear()
+        with self._lock:
+            for fd, _, _ in self._handles.values():
+                os.close(fd)
+            self._handles.clear()
 
 
 def _storage_dtype(dtype: str) -> Any:
@@ -266,17 +317,57 @@ def _widen(raw: Any, dtype: str) -> Any:
     return raw.astype(np.float64)
 
 
+def _as(raw: Any, dtype: str, wide: Any, work: dict[str, Any], side: str) -> Any:
+    """`_widen(raw, dtype)` in the compute dtype `wide`, into this thread's scratch buffers."""
+    import numpy as np
+
+    m = raw.shape[0]
+    if dtype == "bfloat16":
+        bits = _scratch(work, f"bits_{side}", np.uint32)[:m]
+        np.left_shift(raw, 16, out=bits, dtype=np.uint32)
+        raw = bits.view(np.float32)
+    if raw.dtype == wide:
+        return raw
+    buffer = _scratch(work, f"wide_{side}", wide)[:m]
+    np.copyto(buffer, raw, casting="unsafe")
+    return buffer
+
+
+def _scratch(work: dict[str, Any], name: str, dtype: Any) -> Any:
+    buffer = work.get(name)
+    if buffer is None:
+        import numpy as np
+
+        buffer = work[name] = np.empty(work["d"].shape[0], dtype)
+    return buffer
+
+
 class _Accumulator:
     """Running sums over chunks of one tensor pair."""
 
     def __init__(self) -> None:
         self.n = 0
-        self.dd = self.rr = self.tt = self.rt = 0.0
+        self.dd = self.rr = self.tt = 0.0
         self.max_abs = self.amax_ref = self.max_rel = self.max_ulp = 0.0
         self.sum_rel = 0.0
         self.close = 0
         self.nan_mismatch = self.inf_mismatch = 0
         self.nonfinite_ref = 0
+
+    def add(self, part: _Accumulator) -> None:
+        self.n += part.n
+        self.dd += part.dd
+        self.rr += part.rr
+        self.tt += part.tt
+        self.max_abs = max(self.max_abs, part.max_abs)
+        self.amax_ref = max(self.amax_ref, part.amax_ref)
+        self.max_rel = max(self.max_rel, part.max_rel)
+        self.max_ulp = max(self.max_ulp, part.max_ulp)
+        self.sum_rel += part.sum_rel
+        self.close += part.close
+        self.nan_mismatch += part.nan_mismatch
+        self.inf_mismatch += part.inf_mismatch
+        self.nonfinite_ref += part.nonfinite_ref
 
 
 def _chunk_metrics(r: Any, t: Any, tol: Tolerance, acc: _Accumulator, work: dict[str, Any]) -> None:
@@ -320,12 +411,13 @@ def _chunk_metrics_inner(
                 _work_buffers(CHUNK_ELEMENTS, np.float64),
             )
             return
+    # From here every value is finite. The cosine needs no r.t pass: with d = t - r,
+    # r.t = (r.r + t.t - d.d) / 2 (see _finish).
     acc.n += m
-    np.subtract(t, r, out=d)
-    acc.dd += float(np.dot(d, d))
     acc.rr += rr
     acc.tt += tt
-    acc.rt += float(np.dot(r, t))
+    np.subtract(t, r, out=d)
+    acc.dd += float(np.dot(d, d))
     np.abs(d, out=d)
     acc.max_abs = max(acc.max_abs, float(d.max()))
     np.abs(r, out=ar)
@@ -334,23 +426,32 @@ def _chunk_metrics_inner(
     np.add(tmp, tol.atol, out=tmp)
     np.less_equal(d, tmp, out=flags)
     acc.close += int(np.count_nonzero(flags))
-    np.maximum(ar, tol.small_value, out=tmp)
+    # |ref| is finite and never negative, so its bit patterns sort as its values do: an integer
+    # maximum on them is the float maximum, without np.maximum's NaN handling (twice the cost).
+    bits = work["bits"]
+    ar_bits, tmp_bits = ar.view(bits["int"]), tmp.view(bits["int"])
+    np.maximum(ar_bits, bits["small"][tol.small_value], out=tmp_bits)
     np.divide(d, tmp, out=tmp)
+    if not tol.small_value:
+        # Integers have no small-value threshold: an element 0 on both sides is 0/0, and equal.
+        np.nan_to_num(tmp, copy=False, nan=0.0, posinf=np.inf)
     acc.max_rel = max(acc.max_rel, float(tmp.max()))
     acc.sum_rel += float(np.dot(tmp, work["ones"][:m]))
     if tol.mantissa_bits:
-        # One ULP of the lower-precision dtype at |r|: keep only the exponent bits of |r| (a
-        # power of two), scaled down by the mantissa width; zeros and subnormals get the
-        # smallest normal's ULP. Equal to np.spacing for float32, at a tenth of its cost.
-        if tmp.dtype == np.float32:
-            np.bitwise_and(ar.view(np.int32), 0x7F800000, out=tmp.view(np.int32))
-            np.maximum(tmp, np.float32(2.0**-126), out=tmp)
-        else:
-            np.bitwise_and(ar.view(np.int64), 0x7FF0000000000000, out=tmp.view(np.int64))
-            np.maximum(tmp, 2.0**-1022, out=tmp)
-        np.multiply(tmp, 2.0**-tol.mantissa_bits, out=tmp)
+        # One ULP of the lower-precision dtype at |r| is 2**-mantissa_bits times the power of
+        # two at or below |r| (the exponent bits of |r| alone); zeros and subnormals take the
+        # smallest normal's. The factor 2**mantissa_bits is applied to the chunk's maximum,
+        # in float64: powers of two scale exactly, and one pass fewer.
+        np.bitwise_and(ar_bits, bits["exponent"], out=tmp_bits)
+        np.maximum(tmp_bits, bits["min_normal"], out=tmp_bits)
         np.divide(d, tmp, out=tmp)
-        acc.max_ulp = max(acc.max_ulp, float(tmp.max()))
+        top = float(tmp.max())
+        if top == math.inf:
+            # |diff| over a tiny |ref| beyond float32's range (d is finite here): in float64.
+            np.bitwise_and(ar_bits, bits["exponent"], out=tmp_bits)
+            np.maximum(tmp_bits, bits["min_normal"], out=tmp_bits)
+            top = float(np.max(d.astype(np.float64) / tmp.astype(np.float64)))
+        acc.max_ulp = max(acc.max_ulp, top * 2.0**tol.mantissa_bits)
 
 
 def _scan(
@@ -366,29 +467,35 @@ def _scan(
     import numpy as np
 
     rdt, tdt = ref["dtype"], test["dtype"]
-    wide = (
+    wide = np.dtype(
         np.float64
         if "float64" in (rdt, tdt) or rdt not in _FLOAT_RANK or tdt not in _FLOAT_RANK
         else np.float32
     )
-    r_item, t_item = dumpfile.DTYPES[rdt][1], dumpfile.DTYPES[tdt][1]
     chunk = CHUNK_ELEMENTS
+    span = _window_elements(rdt, tdt)
     work = _work_buffers(chunk, wide)
-    r_raw = work.setdefault(f"raw_{r_item}_r", bytearray(chunk * r_item))
-    t_raw = work.setdefault(f"raw_{t_item}_t", bytearray(chunk * t_item))
     acc = _Accumulator()
-    done = first
-    while done < last:
-        m = min(chunk, last - done)
-        got_r = ref_files.read_into(ref, done * r_item, memoryview(r_raw)[: m * r_item])
-        got_t = test_files.read_into(test, done * t_item, memoryview(t_raw)[: m * t_item])
-        if got_r != m * r_item or got_t != m * t_item:
+    for low in range(first, last, span):
+        high = min(last, low + span)
+        r_window = ref_files.elements(ref, low, high)
+        t_window = test_files.elements(test, low, high)
+        if r_window is None or t_window is None:
             return None
-        r = _as(np.frombuffer(r_raw, dtype=_storage_dtype(rdt), count=m), rdt, wide)
-        t = _as(np.frombuffer(t_raw, dtype=_storage_dtype(tdt), count=m), tdt, wide)
-        _chunk_metrics(r, t, tol, acc, work)
-        done += m
+        for at in range(0, high - low, chunk):
+            r = _as(r_window[at : at + chunk], rdt, wide, work, "r")
+            t = _as(t_window[at : at + chunk], tdt, wide, work, "t")
+            _chunk_metrics(r, t, tol, acc, work)
+        # Drop every view of the windows now: their mappings go with them, which keeps
+        # resident memory at a window per side.
+        del r_window, t_window, r, t
     return acc
+
+
+def _window_elements(ref_dtype: str, test_dtype: str) -> int:
+    """Elements mapped at a time: whole chunks, WINDOW_BYTES or less on the wider side."""
+    item = max(dumpfile.DTYPES[ref_dtype][1], dumpfile.DTYPES[test_dtype][1])
+    return max(CHUNK_ELEMENTS, WINDOW_BYTES // item // CHUNK_ELEMENTS * CHUNK_ELEMENTS)
 
 
 def compare_tensors(
@@ -402,11 +509,16 @@ def compare_tensors(
 ) -> TensorDiff:
     """Stream both tensors chunk by chunk and compute every metric; memory stays at a few MiB per thread.
 
-    With a thread pool, a large tensor's element range is split over its threads (numpy
-    releases the GIL while it computes).
+    With a thread pool, a large tensor's element range is cut into pieces of a window or
+    less, at least one per thread, which the threads take as they come free (numpy
+    releases the GIL while it computes): a thread slowed by another process on its core
+    leaves the rest to the others instead of holding up the tensor.
     """
     total = math.prod(ref["shape"])
-    parts = pool._max_workers if pool is not None and total >= 4 * CHUNK_ELEMENTS else 1
+    parts = 1
+    if pool is not None and total >= 4 * CHUNK_ELEMENTS:
+        window = _window_elements(ref["dtype"], test["dtype"])
+        parts = max(pool._max_workers, -(-total // window))
     per = -(-total // parts)
     per += (-per) % CHUNK_ELEMENTS
     if parts == 1:
@@ -424,21 +536,23 @@ def compare_tensors(
     acc = _Accumulator()
     for part in results:
         assert part is not None
-        acc.n += part.n
-        acc.dd += part.dd
-        acc.rr += part.rr
-        acc.tt += part.tt
-        acc.rt += part.rt
-        acc.max_abs = max(acc.max_abs, part.max_abs)
-        acc.amax_ref = max(acc.amax_ref, part.amax_ref)
-        acc.max_rel = max(acc.max_rel, part.max_rel)
-        acc.max_ulp = max(acc.max_ulp, part.max_ulp)
-        acc.sum_rel += part.sum_rel
-        acc.close += part.close
-        acc.nan_mismatch += part.nan_mismatch
-        acc.inf_mismatch += part.inf_mismatch
-        acc.nonfinite_ref += part.nonfinite_ref
+        acc.add(part)
     return _finish(acc, total, tol, criterion)
+
+
+class _SmallBits(dict):
+    """Bit pattern (as the compute dtype's integer) of a small-value threshold, by threshold."""
+
+    def __init__(self, wide: Any) -> None:
+        super().__init__()
+        self.wide = wide
+
+    def __missing__(self, value: float) -> Any:
+        import numpy as np
+
+        bits = np.array(value, self.wide).view(_INT_OF[self.wide.name])[()]
+        self[value] = bits
+        return bits
 
 
 @cache
@@ -446,26 +560,31 @@ def _work_buffers_cached(chunk: int, wide: str, thread: int) -> dict[str, Any]:
     import numpy as np
 
     dtype = np.dtype(wide)
+    integer = np.dtype(_INT_OF[wide])
+    exponent = 0x7F800000 if wide == "float32" else 0x7FF0000000000000
+    min_normal = np.array(np.finfo(dtype).smallest_normal, dtype).view(integer)[()]
     return {
         "d": np.empty(chunk, dtype),
         "ar": np.empty(chunk, dtype),
         "tmp": np.empty(chunk, dtype),
         "flags": np.empty(chunk, bool),
         "ones": np.ones(chunk, dtype),
+        "bits": {
+            "int": integer,
+            "exponent": integer.type(exponent),
+            "min_normal": min_normal,
+            "small": _SmallBits(dtype),
+        },
     }
 
 
-def _work_buffers(chunk: int, wide: Any) -> dict[str, Any]:
-    import threading
+_INT_OF = {"float32": "int32", "float64": "int64"}
 
+
+def _work_buffers(chunk: int, wide: Any) -> dict[str, Any]:
     import numpy as np
 
     return _work_buffers_cached(chunk, np.dtype(wide).name, threading.get_ident())
-
-
-def _as(raw: Any, dtype: str, wide: Any) -> Any:
-    values = _widen(raw, dtype)
-    return values if values.dtype == wide else values.astype(wide)
 
 
 def _finish(acc: _Accumulator, total: int, tol: Tolerance, criterion: str) -> TensorDiff:
@@ -478,7 +597,11 @@ def _finish(acc: _Accumulator, total: int, tol: Tolerance, criterion: str) -> Te
         "max_rel": acc.max_rel,
         "mean_rel": acc.sum_rel / n,
         "rmse": math.sqrt(acc.dd / n),
-        "cosine": acc.rt / denom if denom > 0 else (1.0 if acc.rr == acc.tt == 0 else 0.0),
+        # r.t as (r.r + t.t - d.d) / 2: near cosine 1, where it matters, the errors of r.r
+        # and t.t cancel and d.d is small, which a separate r.t sum would not give.
+        "cosine": max(-1.0, min(1.0, (acc.rr + acc.tt - acc.dd) / 2 / denom))
+        if denom > 0
+        else (1.0 if acc.rr == acc.tt == 0 else 0.0),
         "max_ulp": acc.max_ulp,
         "allclose": acc.close / n,
         "nan_mismatch": float(acc.nan_mismatch),
