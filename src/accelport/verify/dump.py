@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport.errors import UserError
-from accelport.verify import dumpfile
+from accelport.verify import dumpfile, native
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ _NOT_NUMERIC = ("profiler.",)
 PHASES = ("forward", "backward", "optimizer", "other")
 _HOST_CHUNK = 1 << 16  # elements per statistics sweep on the CPU: 256 KiB of float32 stays in L2
 _SPLIT = 8 * _HOST_CHUNK  # tensors this large are swept by two threads
+_SWEEP_START = (math.inf, -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # min, max, sums, counts
 
 
 def _parse_steps(steps: str | tuple[int, int] | range | None) -> tuple[int, int | None]:
@@ -90,6 +91,16 @@ class _Stats:
         self.pending: list[Any] = []  # device tensors of 8 numbers, waiting for one copy
         self._buffers: dict[tuple, Any] = {}  # scratch arrays, per thread
         self._pool: Any = None  # second thread for large tensors
+        # The compiled one-pass kernel (native.py); None: numpy sweeps, same numbers, slower.
+        self.native = native.kernels() if host else None
+        self._native_dtypes: dict[Any, str] = {}
+        if self.native is not None:
+            import numpy as np
+
+            # int16 arrays reach a sweep only as the bits of bfloat16 tensors (see compute).
+            self._f64 = np.dtype(np.float64)
+            self._native_dtypes = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",
+                                   np.dtype(np.int16): "bfloat16"}  # fmt: skip
 
     def compute(self, t: Any) -> list[float] | int | None:
         """A list of numbers (host) or an index into the pending batch (device); None when not numeric."""
@@ -107,7 +118,9 @@ class _Stats:
                 low, high = (1.0 if ones == n else 0.0), (1.0 if ones else 0.0)
                 return [low, high, ones / n, math.sqrt(ones), ones / n, 0, 0, n - ones]
             x = x.to(torch.uint8)
-        if not x.is_floating_point():
+        if host and x.dtype == torch.bfloat16 and self.native is not None:
+            x = x.view(torch.int16)  # the kernel widens bfloat16 itself: no float32 copy
+        elif not x.is_floating_point():
             x = x.double()
         elif x.dtype not in (torch.float32, torch.float64):
             x = x.float()
@@ -133,7 +146,9 @@ class _Stats:
         in two halves swept on two threads (numpy releases the GIL), like torch's own ops.
         """
         n = values.shape[0]
-        if n < _SPLIT:
+        # The compiled kernel runs on one thread: a second one only contends with torch's
+        # own threads, which keep spinning on the other cores between ops.
+        if n < _SPLIT or self.native is not None:
             return _combine([self._sweep(values)])
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -159,7 +174,18 @@ class _Stats:
         return parts
 
     def _sweep(self, values: Any) -> tuple:
-        """(min, max, sum, sum of squares, sum of |x|, nan, inf, zeros, finite count) of a 1-D array.
+        """(min, max, sum, sum of squares, sum of |x|, nan, inf, zeros, finite count) of a 1-D array."""
+        kind = self._native_dtypes.get(values.dtype)
+        if kind is None:
+            return self._sweep_numpy(values)
+        out = self._buffer("out", self._f64, 9)
+        out[:] = _SWEEP_START
+        assert self.native is not None
+        self.native.sweep(values.ctypes.data, values.shape[0], kind, out.ctypes.data)
+        return tuple(out.tolist())
+
+    def _sweep_numpy(self, values: Any) -> tuple:
+        """What `_sweep` returns, with numpy (no compiled kernel).
 
         Each chunk costs a handful of numpy calls: sum (a dot with ones), min, max and sum of
         squares; |x| only when the chunk has both signs (otherwise the sum of |x| is +-sum),

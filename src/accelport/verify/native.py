@@ -1,0 +1,184 @@
+"""The one-pass statistics kernel of `accelport dump` (_stats.c), compiled with the system C compiler at first use.
+
+numpy needs five to seven passes over a tensor for its eight statistics; this kernel
+reads each element once. It is built once per machine into the user's cache folder
+(~/.cache/accelport/native, keyed by a hash of the source, compiler, flags and CPU) and
+loaded with ctypes, which releases the GIL during the call. Without a C compiler, or if
+building or the self-check fails, `kernels()` returns None and the dump uses numpy:
+same statistics, slower. ACCELPORT_DUMP_NATIVE=0 forces the numpy path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import math
+import os
+import platform
+import shlex
+import shutil
+import struct
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ENV_VAR = "ACCELPORT_DUMP_NATIVE"
+SOURCE = Path(__file__).with_name("_stats.c")
+_VERSION = 1
+# Tried in order: the first that builds is used (-march=native may be refused by a
+# cross compiler, -mprefer-vector-width by a non-x86 one).
+_FLAG_SETS = (
+    ("-O3", "-march=native", "-mprefer-vector-width=512"),
+    ("-O3", "-march=native"),
+    ("-O3",),
+)
+_COMMON = ("-shared", "-fPIC", "-Wno-psabi")
+
+_lock = threading.Lock()
+_loaded: Kernels | None = None
+_tried = False
+
+
+class Kernels:
+    """The loaded kernels: `sweep(pointer, count, dtype_name, out)` adds statistics into out[9]."""
+
+    def __init__(self, lib: ctypes.CDLL, path: Path) -> None:
+        self.path = path
+        self._lib = lib  # keeps the library mapped
+        self.by_dtype: dict[str, Any] = {}
+        for dtype, symbol in (("float32", "ap_stats_f32"), ("float64", "ap_stats_f64"),
+                              ("bfloat16", "ap_stats_bf16")):  # fmt: skip
+            fn = getattr(lib, symbol)
+            fn.restype = None
+            fn.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
+            self.by_dtype[dtype] = fn
+
+    def sweep(self, pointer: int, count: int, dtype: str, out: Any) -> None:
+        self.by_dtype[dtype](pointer, count, out)
+
+
+def kernels() -> Kernels | None:
+    """The compiled kernels, building them on the first call; None when they are unavailable."""
+    global _loaded, _tried
+    if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "no", "off", "false"):
+        return None
+    if _tried:
+        return _loaded
+    with _lock:
+        if not _tried:
+            try:
+                _loaded = _load()
+            except Exception as exc:  # any failure means: use numpy
+                log.info("dump: compiled statistics unavailable (%s); using numpy", exc)
+                _loaded = None
+            _tried = True
+    return _loaded
+
+
+def reset() -> None:
+    """Forget the loaded kernels (tests use it to exercise building and the fallback)."""
+    global _loaded, _tried
+    with _lock:
+        _loaded, _tried = None, False
+
+
+def _compiler() -> list[str] | None:
+    named = os.environ.get("CC")
+    if named:
+        return shlex.split(named)
+    for name in ("cc", "gcc", "clang"):
+        found = shutil.which(name)
+        if found:
+            return [found]
+    return None
+
+
+def _cpu_id() -> str:
+    """What -march=native depends on: the CPU's feature flags where the OS lists them."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith(("flags", "Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _cache_dir() -> Path | None:
+    if os.environ.get("ACCELPORT_NO_CACHE"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "accelport" / "native"
+
+
+def _load() -> Kernels:
+    compiler = _compiler()
+    if compiler is None:
+        raise RuntimeError("no C compiler (set CC)")
+    source = SOURCE.read_bytes()
+    key = hashlib.sha1(
+        b"\0".join([source, " ".join(compiler).encode(), platform.machine().encode(),
+                    _cpu_id().encode(), repr((_FLAG_SETS, _COMMON)).encode()])  # fmt: skip
+    ).hexdigest()[:16]
+    folder = _cache_dir()
+    scratch = None
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            folder = None
+    if folder is None:
+        scratch = tempfile.mkdtemp(prefix="accelport-native-")
+        folder = Path(scratch)
+    path = folder / f"stats-{key}.so"
+    try:
+        if not path.exists():
+            _build(compiler, path)
+        kernels = Kernels(ctypes.CDLL(str(path)), path)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)  # a loaded library stays mapped
+    if kernels._lib.ap_stats_version() != _VERSION:
+        raise RuntimeError(f"{path}: unexpected kernel version")
+    _self_check(kernels)
+    return kernels
+
+
+def _build(compiler: list[str], path: Path) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    errors = []
+    for flags in _FLAG_SETS:
+        command = [*compiler, *flags, *_COMMON, "-o", str(tmp), str(SOURCE)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RuntimeError(f"{compiler[0]}: {exc}") from None
+        if done.returncode == 0:
+            os.replace(tmp, path)
+            log.debug("dump: built %s with %s", path, " ".join(flags))
+            return
+        errors.append(done.stderr.strip().splitlines()[-1:] or ["failed"])
+    raise RuntimeError(f"{compiler[0]} could not build {SOURCE.name}: {errors[-1][0]}")
+
+
+def _self_check(kernels: Kernels) -> None:
+    """Refuse a library that gets a small known case wrong (a miscompile, a wrong CPU)."""
+    values = [1.5, -2.0, 0.0, 3.0] * 600 + [math.nan, math.inf, -math.inf, 0.0, -0.5]
+    finite = [v for v in values if math.isfinite(v)]
+    want = [min(finite), max(finite), math.fsum(finite), math.fsum(v * v for v in finite),
+            math.fsum(abs(v) for v in finite), 1.0, 2.0, float(finite.count(0.0)), float(len(finite))]  # fmt: skip
+    bf16 = [struct.unpack("<I", struct.pack("<f", v))[0] >> 16 for v in values]
+    for dtype, ctype, items in (("float32", ctypes.c_float, values),
+                                ("float64", ctypes.c_double, values),
+                                ("bfloat16", ctypes.c_uint16, bf16)):  # fmt: skip
+        data = (ctype * len(items))(*items)
+        out = (ctypes.c_double * 9)(math.inf, -math.inf, 0, 0, 0, 0, 0, 0, 0)
+        kernels.sweep(ctypes.addressof(data), len(values), dtype, out)
+        if list(out) != want:
+            raise RuntimeError(f"self-check failed for {dtype}: {list(out)} != {want}")
