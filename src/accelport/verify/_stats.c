@@ -1,7 +1,8 @@
 /* One-pass tensor statistics for `accelport dump` on the CPU (compiled at first use by
  * accelport/verify/native.py; numpy does the same work when no C compiler is found).
  *
- * ap_stats_<dtype>(x, n, out) adds the statistics of n contiguous elements to out[9]:
+ * ap_stats_<dtype>(x, n, out) adds the statistics of n contiguous elements to out[9]
+ * (ap_stats_<dtype>_nd: of a strided tensor whose last dimension is contiguous):
  *   out[0] min, out[1] max (over finite elements; start at +inf / -inf),
  *   out[2] sum, out[3] sum of squares, out[4] sum of |x| (finite elements, float64),
  *   out[5] NaN count, out[6] Inf count, out[7] zero count, out[8] finite count.
@@ -18,6 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#define MAX_DIMS 64 /* torch's limit on tensor dimensions */
 #define BLOCK 2048 /* elements per block: 8 KiB of float32, 128 vectors per lane sum */
 
 typedef float vf32 __attribute__((vector_size(64)));
@@ -136,6 +138,22 @@ static inline double one_bf16(const uint16_t *x) {
         double before = o[5] + o[6];                                                           \
         NAME##_scalar(x + full, n - full, o, 0);                                               \
         o[8] += (double)(n - full) - (o[5] + o[6] - before);                                   \
+    }                                                                                          \
+                                                                                               \
+    /* A strided tensor whose last dimension is contiguous, read row by row in place. */      \
+    void NAME##_nd(const T *x, int ndim, const int64_t *sizes, const int64_t *strides,         \
+                   double *o) {                                                                \
+        int64_t index[MAX_DIMS] = {0}, rows = 1, offset = 0, run = sizes[ndim - 1];            \
+        for (int d = 0; d < ndim - 1; d++) rows *= sizes[d];                                   \
+        for (int64_t r = 0; r < rows; r++) {                                                   \
+            NAME(x + offset, run, o);                                                          \
+            for (int d = ndim - 2; d >= 0; d--) {                                              \
+                offset += strides[d];                                                          \
+                if (++index[d] < sizes[d]) break;                                              \
+                offset -= strides[d] * sizes[d];                                               \
+                index[d] = 0;                                                                  \
+            }                                                                                  \
+        }                                                                                      \
     }
 
 DEFINE_STATS(ap_stats_f32, float, vf32, vi32, 16, load_f32, one_f32, 0x7fffffff, FLT_MAX, 1)

@@ -29,6 +29,7 @@ import sys
 import threading
 import weakref
 import zlib
+from ctypes import c_double as _C_DOUBLE
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -94,10 +95,14 @@ class _Stats:
         # The compiled one-pass kernel (native.py); None: numpy sweeps, same numbers, slower.
         self.native = native.kernels() if host else None
         self._native_dtypes: dict[Any, str] = {}
+        self._native_torch: dict[Any, str] = {}
         if self.native is not None:
             import numpy as np
 
             # int16 arrays reach a sweep only as the bits of bfloat16 tensors (see compute).
+            torch = self.torch
+            self._native_torch = {torch.float32: "float32", torch.float64: "float64",
+                                  torch.bfloat16: "bfloat16"}  # fmt: skip
             self._f64 = np.dtype(np.float64)
             self._native_dtypes = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",
                                    np.dtype(np.int16): "bfloat16"}  # fmt: skip
@@ -105,18 +110,24 @@ class _Stats:
     def compute(self, t: Any) -> list[float] | int | None:
         """A list of numbers (host) or an index into the pending batch (device); None when not numeric."""
         torch = self.torch
+        if self.native is not None and t.is_cpu:
+            kind = self._native_torch.get(t.dtype)
+            if kind is not None and t.layout == torch.strided and not t.is_quantized:
+                stats = self._native_stats(t, kind)
+                if stats is not None:
+                    return stats
         x = t.detach()
         if x.is_complex() or x.layout != torch.strided or x.is_meta or x.is_quantized:
             return None
         n = x.numel()
         if n == 0:
-            return [math.nan, math.nan, math.nan, 0.0, math.nan, 0, 0, 0]
+            return [math.nan, math.nan, math.nan, 0.0, math.nan, 0.0, 0.0, 0.0]
         host = self.host and x.is_cpu
         if x.dtype == torch.bool:
             if host:
                 ones = int(torch.count_nonzero(x))
                 low, high = (1.0 if ones == n else 0.0), (1.0 if ones else 0.0)
-                return [low, high, ones / n, math.sqrt(ones), ones / n, 0, 0, n - ones]
+                return [low, high, ones / n, math.sqrt(ones), ones / n, 0.0, 0.0, float(n - ones)]
             x = x.to(torch.uint8)
         if host and x.dtype == torch.bfloat16 and self.native is not None:
             x = x.view(torch.int16)  # the kernel widens bfloat16 itself: no float32 copy
@@ -136,6 +147,41 @@ class _Stats:
                 return self._host(dense.numpy())
             return _combine(self._sweep_strided(x.numpy()))
         return self._device(x.reshape(-1), n)
+
+    def _native_stats(self, t: Any, kind: str) -> list[float] | None:
+        """Statistics from the compiled kernel, read from the tensor's memory in place.
+
+        No torch op is called (each would pass through the dispatch mode again): the
+        kernel gets the data pointer, and the layout is worked out from sizes and strides.
+        None for a layout it cannot walk (no dimension with stride 1).
+        """
+        n = t.numel()
+        if n == 0:
+            return [math.nan, math.nan, math.nan, 0.0, math.nan, 0.0, 0.0, 0.0]
+        assert self.native is not None
+        out = (_C_DOUBLE * 9)(*_SWEEP_START)
+        if t.is_contiguous():
+            self.native.sweep(t.data_ptr(), n, kind, out)
+            return _combine([tuple(out)])
+        # Element order does not matter: sort the dimensions by stride, merge the ones that
+        # follow each other in memory; a layout that fills its memory becomes one run.
+        dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape, strict=True) if sz != 1)
+        merged: list[list[int]] = []
+        for stride, size in dims:
+            if merged and merged[-1][0] * merged[-1][1] == stride:
+                merged[-1][1] *= size
+            else:
+                merged.append([stride, size])
+        if not merged or merged[0][0] != 1:
+            return None
+        if len(merged) == 1:
+            self.native.sweep(t.data_ptr(), n, kind, out)
+        else:
+            merged.reverse()  # outermost first, the contiguous run last
+            sizes = [size for _, size in merged]
+            strides = [stride for stride, _ in merged]
+            self.native.sweep_strided(t.data_ptr(), sizes, strides, kind, out)
+        return _combine([tuple(out)])
 
     def _host(self, values: Any) -> list[float]:
         """One sweep over cache-sized chunks with numpy.
@@ -335,12 +381,18 @@ class _Stats:
 
 def _combine(parts: list[tuple]) -> list[float]:
     """The STAT_FIELDS of a tensor from the sweeps of its pieces."""
+    if len(parts) == 1:
+        lo, hi, total, square, absolute, nan, inf, zero, finite = parts[0]
+        if finite == 0:
+            return [math.nan, math.nan, math.nan, math.nan, math.nan, float(nan), float(inf), 0.0]
+        return [lo, hi, total / finite, math.sqrt(square), absolute / finite,
+                float(nan), float(inf), float(zero)]  # fmt: skip
     lo = min(p[0] for p in parts)
     hi = max(p[1] for p in parts)
     total, square, absolute = (sum(p[i] for p in parts) for i in (2, 3, 4))
-    nan, inf, zero, finite = (sum(p[i] for p in parts) for i in (5, 6, 7, 8))
+    nan, inf, zero, finite = (float(sum(p[i] for p in parts)) for i in (5, 6, 7, 8))
     if finite == 0:
-        return [math.nan, math.nan, math.nan, math.nan, math.nan, nan, inf, 0]
+        return [math.nan, math.nan, math.nan, math.nan, math.nan, nan, inf, 0.0]
     return [lo, hi, total / finite, math.sqrt(square), absolute / finite, nan, inf, zero]
 
 
@@ -614,15 +666,20 @@ class Capture:
             return
         assert self._stats is not None
         resolved = self._stats.resolve()
+        clean, isfinite = dumpfile.clean_float, math.isfinite
         for record in self._records:
             for key in ("in", "out"):
                 for tensor in record.get(key, ()):
-                    stats = tensor.get("stats")
+                    stats = tensor["stats"]
+                    if stats is None:
+                        continue
                     if isinstance(stats, int):
-                        stats = resolved[stats]
-                    if stats is not None:
-                        tensor["stats"] = [dumpfile.clean_float(float(v)) for v in stats]
-            self._manifest.write(record)
+                        stats = tensor["stats"] = resolved[stats]
+                    # Statistics are floats; one sum tells whether any is NaN or Inf
+                    # (an overflowing sum only sends the list the slow way).
+                    if not isfinite(sum(stats)):
+                        tensor["stats"] = [clean(float(v)) for v in stats]
+        self._manifest.write_many(self._records)
         self.records_written += len(self._records)
         self._records = []
         self._waiting_tensors = 0

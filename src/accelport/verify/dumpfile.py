@@ -62,6 +62,10 @@ def json_default(value: Any) -> Any:
     return repr(value)
 
 
+# One encoder for every record: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=json_default)
+
+
 def clean_float(value: float) -> float | str:
     """JSON has no NaN or Infinity: write them as strings that `float()` reads back."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -98,9 +102,16 @@ class ManifestWriter:
         self.records = 0
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":"), default=json_default))
+        self._file.write(_ENCODER.encode(record))
         self._file.write("\n")
         self.records += 1
+
+    def write_many(self, records: list[dict[str, Any]]) -> None:
+        """Several records in one write (a flush of the capture)."""
+        if records:
+            encode = _ENCODER.encode
+            self._file.write("\n".join([encode(r) for r in records]) + "\n")
+            self.records += len(records)
 
     def flush(self) -> None:
         self._file.flush()

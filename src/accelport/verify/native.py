@@ -45,21 +45,37 @@ _tried = False
 
 
 class Kernels:
-    """The loaded kernels: `sweep(pointer, count, dtype_name, out)` adds statistics into out[9]."""
+    """The loaded kernels, by dtype name (float32, float64, bfloat16)."""
 
     def __init__(self, lib: ctypes.CDLL, path: Path) -> None:
         self.path = path
         self._lib = lib  # keeps the library mapped
         self.by_dtype: dict[str, Any] = {}
+        self.strided_by_dtype: dict[str, Any] = {}
         for dtype, symbol in (("float32", "ap_stats_f32"), ("float64", "ap_stats_f64"),
                               ("bfloat16", "ap_stats_bf16")):  # fmt: skip
             fn = getattr(lib, symbol)
             fn.restype = None
             fn.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
             self.by_dtype[dtype] = fn
+            strided = getattr(lib, f"{symbol}_nd")
+            strided.restype = None
+            strided.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_void_p)  # fmt: skip
+            self.strided_by_dtype[dtype] = strided
 
     def sweep(self, pointer: int, count: int, dtype: str, out: Any) -> None:
+        """Add the statistics of `count` contiguous elements at `pointer` into out[9]."""
         self.by_dtype[dtype](pointer, count, out)
+
+    def sweep_strided(
+        self, pointer: int, sizes: list[int], strides: list[int], dtype: str, out: Any
+    ) -> None:
+        """The same for a strided layout (element strides) whose last dimension has stride 1."""
+        ndim = len(sizes)
+        self.strided_by_dtype[dtype](
+            pointer, ndim, (ctypes.c_int64 * ndim)(*sizes), (ctypes.c_int64 * ndim)(*strides), out
+        )
 
 
 def kernels() -> Kernels | None:
