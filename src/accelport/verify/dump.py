@@ -51,9 +51,7 @@ _SAME_ORDER_OPS = frozenset(
     }
 )  # fmt: skip
 _ALIAS_OPS = _SAME_ORDER_OPS | {"aten.t.default", "aten.transpose.int", "aten.permute.default"}
-# Ops that create a tensor without reading one: their output is uninitialised or a constant.
-_FACTORY_PREFIXES = ("aten.empty", "aten.new_empty", "aten.zeros", "aten.ones", "aten.full", "aten.new_zeros",
-                     "aten.new_ones", "aten.new_full", "aten.scalar_tensor", "aten.arange", "aten._efficientzerotensor")  # fmt: skip
+# Ops whose output is uninitialised memory: recorded without statistics.
 _UNINITIALISED_PREFIXES = ("aten.empty", "aten.new_empty")
 # Dispatcher calls that compute nothing (profiler ranges such as the optimizer's record_function).
 _NOT_NUMERIC = ("profiler.",)
@@ -61,6 +59,7 @@ _NOT_NUMERIC = ("profiler.",)
 PHASES = ("forward", "backward", "optimizer", "other")
 _HOST_CHUNK = 1 << 16  # elements per statistics sweep on the CPU: 256 KiB of float32 stays in L2
 _SPLIT = 8 * _HOST_CHUNK  # tensors this large are swept by two threads
+_DTYPE_NAMES: dict[Any, str] = {}  # torch.float32 -> "float32"
 _SWEEP_START = (math.inf, -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # min, max, sums, counts
 
 
@@ -475,6 +474,7 @@ class Capture:
         self._mode: Any = None
         self._frame_cache: dict[Any, bool] = {}
         self._op_names: dict[Any, str] = {}
+        self._op_kinds: dict[str, tuple[bool, bool, bool, bool]] = {}  # what _record_op does per op
         self._stats: _Stats | None = None
         self._library_roots: tuple[str, ...] = ()
         self._stdlib = ""
@@ -773,7 +773,7 @@ class Capture:
             hit = self._cache.get(key)
             if hit is not None and hit[0]() is t and hit[1] == version:
                 return hit[2]
-        dtype = str(t.dtype).replace("torch.", "")
+        dtype = _dtype_name(t.dtype)
         shape = list(t.shape)
         if (
             alias_of is not None
@@ -839,27 +839,37 @@ class Capture:
     def _record_op(
         self, func: Any, args: tuple, kwargs: dict, phase: str, op: str, module: str
     ) -> Any:
-        self._open()
-        save = self._save_tensors_of(module, op)
+        if not self._opened:
+            self._open()
+        save = self.tensors and self._save_tensors_of(module, op)
+        kind = self._op_kinds.get(op)
+        if kind is None:
+            kind = self._op_kinds[op] = (
+                op.startswith(_UNINITIALISED_PREFIXES), op in _ALIAS_OPS, op in _SAME_ORDER_OPS,
+                op == "aten.expand.default",
+            )  # fmt: skip
+        uninitialised, aliasing, same_order, expand = kind
         inputs = _tensors_in(args, kwargs)
-        in_entries = [(t, self._entry(t)) for t in inputs]
+        entry_of = self._entry
+        in_entries = [(t, entry_of(t)) for t in inputs]
         # In-place ops change their inputs: describe (and save) them before the op runs.
         seq = self._seq
         self._seq += 1
         step = self.current_step
+        describe = self._describe
         in_desc = [
-            self._describe(e, t, save, step, f"{seq}.in.{i}") for i, (t, e) in enumerate(in_entries)
+            describe(e, t, save, step, f"{seq}.in.{i}" if save else "")
+            for i, (t, e) in enumerate(in_entries)
         ]
         result = func(*args, **kwargs)
         outputs = _tensors_out(result)
-        factory = op.startswith(_FACTORY_PREFIXES)
-        alias = in_entries[0][1] if op in _ALIAS_OPS and in_entries else None
-        if op == "aten.expand.default" and in_entries and isinstance(in_entries[0][1].stats, list):
+        alias = in_entries[0][1] if aliasing and in_entries else None
+        if expand and in_entries and isinstance(in_entries[0][1].stats, list):
             alias = _replicated(in_entries[0][1], outputs)
         out_desc = []
         for i, t in enumerate(outputs):
-            if factory and op.startswith(_UNINITIALISED_PREFIXES):
-                entry = _Entry(str(t.dtype).replace("torch.", ""), list(t.shape), None, seq)
+            if uninitialised:
+                entry = _Entry(_dtype_name(t.dtype), list(t.shape), None, seq)
                 entry.uninitialised = True
                 desc: dict[str, Any] = {
                     "dtype": entry.dtype,
@@ -870,10 +880,8 @@ class Capture:
                 with contextlib.suppress(TypeError):
                     self._cache[id(t)] = (weakref.ref(t), t._version, entry)
             else:
-                entry = self._entry(
-                    t, src=seq, fresh=True, alias_of=alias, same_order=op in _SAME_ORDER_OPS
-                )
-                desc = self._describe(entry, t, save, step, f"{seq}.out.{i}")
+                entry = entry_of(t, src=seq, fresh=True, alias_of=alias, same_order=same_order)
+                desc = describe(entry, t, save, step, f"{seq}.out.{i}" if save else "")
             out_desc.append(desc)
         line = self._user_line() if phase != "backward" else self._call_sites.get(module)
         record = self._identity("op", seq, step, phase, op, module, line)
@@ -1065,6 +1073,13 @@ def _short_path(filename: str) -> str:
     return filename[len(cwd) :] if filename.startswith(cwd) else filename
 
 
+def _dtype_name(dtype: Any) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
 def _numel(shape: list[int]) -> int:
     n = 1
     for s in shape:
@@ -1093,12 +1108,6 @@ def _dense_view(x: Any) -> Any:
             return None
         expected *= size
     return x.as_strided((x.numel(),), (1,), x.storage_offset())
-
-
-def _is_tensor(value: Any) -> bool:
-    import torch
-
-    return isinstance(value, torch.Tensor)
 
 
 def _tensors_in(args: tuple, kwargs: dict) -> list[Any]:
@@ -1131,28 +1140,40 @@ def _tensors_out(result: Any) -> list[Any]:
 
 def _describe_args(args: tuple, kwargs: dict) -> dict[str, Any]:
     """Non-tensor arguments as JSON (tensors become {"t": index}), enough to replay the op."""
+    import torch
+
     counter = [0]
+    positional = [_arg_json(v, counter, torch.Tensor) for v in args]
+    if not kwargs:
+        return {"a": positional}
+    named = {k: _arg_json(v, counter, torch.Tensor) for k, v in kwargs.items()}
+    return {"a": positional, "kw": named}
 
-    def conv(value: Any) -> Any:
-        if _is_tensor(value):
-            counter[0] += 1
-            return {"t": counter[0] - 1}
-        if value is None or isinstance(value, bool | int | str):
-            return value
-        if isinstance(value, float):
-            return value if math.isfinite(value) else {"float": repr(value)}
-        if isinstance(value, list | tuple):
-            return [conv(v) for v in value]
-        text = str(value)
-        if text.startswith("torch."):
-            return {"torch": text[len("torch.") :]}
-        if type(value).__name__ == "device":
-            return {"device": text}
-        return {"repr": repr(value)}
 
-    positional = [conv(v) for v in args]
-    named = {k: conv(v) for k, v in kwargs.items()}
-    return {"a": positional, "kw": named} if named else {"a": positional}
+_PLAIN_ARGS = (type(None), bool, int, str)
+
+
+def _arg_json(value: Any, counter: list[int], tensor_type: type) -> Any:
+    kind = type(value)
+    if kind in _PLAIN_ARGS:
+        return value
+    if isinstance(value, tensor_type):
+        counter[0] += 1
+        return {"t": counter[0] - 1}
+    if kind is float:
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if isinstance(value, bool | int | str):  # subclasses (IntEnum...)
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if isinstance(value, list | tuple):
+        return [_arg_json(v, counter, tensor_type) for v in value]
+    text = str(value)
+    if text.startswith("torch."):
+        return {"torch": text[len("torch.") :]}
+    if type(value).__name__ == "device":
+        return {"device": text}
+    return {"repr": repr(value)}
 
 
 def _host_bytes(t: Any) -> memoryview:

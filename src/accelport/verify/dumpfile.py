@@ -66,6 +66,21 @@ def json_default(value: Any) -> Any:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=json_default)
 
 
+_LINES: list[Any] = []
+
+
+def _lines_encoder() -> Any:
+    """msgspec's JSON-lines encoder where msgspec is installed: a tenth of json's cost per record."""
+    if not _LINES:
+        try:
+            import msgspec
+
+            _LINES.append(msgspec.json.Encoder(enc_hook=json_default).encode_lines)
+        except ImportError:
+            _LINES.append(None)
+    return _LINES[0]
+
+
 def clean_float(value: float) -> float | str:
     """JSON has no NaN or Infinity: write them as strings that `float()` reads back."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -107,11 +122,21 @@ class ManifestWriter:
         self.records += 1
 
     def write_many(self, records: list[dict[str, Any]]) -> None:
-        """Several records in one write (a flush of the capture)."""
-        if records:
+        """Several records in one write (a flush of the capture); their floats must be finite."""
+        if not records:
+            return
+        encode_lines = _lines_encoder()
+        text = None
+        if encode_lines is not None:
+            try:
+                text = encode_lines(records).decode("utf-8")
+            except (TypeError, ValueError):  # something msgspec does not take (a non-str key)
+                text = None
+        if text is None:
             encode = _ENCODER.encode
-            self._file.write("\n".join([encode(r) for r in records]) + "\n")
-            self.records += len(records)
+            text = "\n".join([encode(r) for r in records]) + "\n"
+        self._file.write(text)
+        self.records += len(records)
 
     def flush(self) -> None:
         self._file.flush()
