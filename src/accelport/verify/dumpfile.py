@@ -76,8 +76,9 @@ def _lines_encoder() -> Any:
             import msgspec
 
             _LINES.append(msgspec.json.Encoder(enc_hook=json_default).encode_lines)
+            _LINES.append((TypeError, ValueError, msgspec.EncodeError))
         except ImportError:
-            _LINES.append(None)
+            _LINES.extend([None, ()])
     return _LINES[0]
 
 
@@ -130,7 +131,7 @@ class ManifestWriter:
         if encode_lines is not None:
             try:
                 text = encode_lines(records).decode("utf-8")
-            except (TypeError, ValueError):  # something msgspec does not take (a non-str key)
+            except _LINES[1]:  # something msgspec does not take (a non-str key)
                 text = None
         if text is None:
             encode = _ENCODER.encode

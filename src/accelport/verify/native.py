@@ -139,8 +139,15 @@ def _load() -> Kernels:
         raise RuntimeError("no C compiler (set CC)")
     source = SOURCE.read_bytes()
     key = hashlib.sha1(
-        b"\0".join([source, " ".join(compiler).encode(), platform.machine().encode(),
-                    _cpu_id().encode(), repr((_FLAG_SETS, _COMMON)).encode()])  # fmt: skip
+        b"\0".join(
+            [
+                source,
+                " ".join(compiler).encode(),
+                platform.machine().encode(),
+                _cpu_id().encode(),
+                repr((_FLAG_SETS, _COMMON)).encode(),
+            ]
+        )
     ).hexdigest()[:16]
     folder = _cache_dir()
     scratch = None
