@@ -34,6 +34,8 @@ from pathlib import Path
 
 import torch
 
+from accelport.verify import native
+
 REPO = Path(__file__).resolve().parents[1]
 TARGET = 1.3
 
@@ -227,6 +229,7 @@ def main() -> None:
                 "cpus": os.cpu_count(),
                 "steps_per_mode": args.rounds,
                 "target_statistics_slowdown": TARGET,
+                "statistics_kernel": "compiled" if native.kernels() is not None else "numpy",
                 "sizes": sizes,
                 "load_average_before": load_before,
                 "load_average_after": [round(v, 2) for v in os.getloadavg()],
