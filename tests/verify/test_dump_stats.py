@@ -127,6 +127,16 @@ def test_compiled_kernel_matches_float64(name):
 
 
 @pytest.mark.parametrize("name", sorted(_cases()))
+def test_compiled_kernel_split_across_threads_matches_float64(name, monkeypatch):
+    stats = _have_compiled()
+    if not stats.native.openmp or torch.get_num_threads() < 2:
+        pytest.skip("the kernel runs on one thread here")
+    monkeypatch.setattr(native, "PARALLEL_MIN", 1)  # every contiguous tensor, however small
+    t = _cases()[name]
+    _assert_matches(stats.compute(t), _reference(t), name)
+
+
+@pytest.mark.parametrize("name", sorted(_cases()))
 def test_numpy_fallback_matches_float64(name, numpy_only):
     assert numpy_only.native is None
     t = _cases()[name]

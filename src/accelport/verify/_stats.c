@@ -156,9 +156,59 @@ static inline double one_bf16(const uint16_t *x) {
         }                                                                                      \
     }
 
+#ifdef _OPENMP
+/* Built against the OpenMP runtime torch already loaded (native.py links that file), so
+ * the team is torch's own intra-op threads, awake between ops: each sweeps one slice,
+ * typically the half of the output it just wrote, still in its core's cache. */
+int omp_get_thread_num(void);
+int omp_get_num_threads(void);
+#define MAX_THREADS 256
+#define DEFINE_PARALLEL(NAME, T, W)                                                           \
+    int NAME##_par(const T *x, int64_t n, double *o, int threads) {                            \
+        double part[MAX_THREADS][9];                                                           \
+        int team = 1;                                                                          \
+        if (threads > MAX_THREADS) threads = MAX_THREADS;                                      \
+        _Pragma("omp parallel num_threads(threads)")                                           \
+        {                                                                                      \
+            int t = omp_get_thread_num(), k = omp_get_num_threads();                           \
+            int64_t per = n / k / W * W, begin = per * t, end = t == k - 1 ? n : begin + per;  \
+            double *p = part[t];                                                               \
+            p[0] = INFINITY; p[1] = -INFINITY;                                                 \
+            for (int i = 2; i < 9; i++) p[i] = 0;                                              \
+            NAME(x + begin, end - begin, p);                                                   \
+            if (t == 0) team = k;                                                              \
+        }                                                                                      \
+        for (int t = 0; t < team; t++) {                                                       \
+            if (part[t][0] < o[0]) o[0] = part[t][0];                                          \
+            if (part[t][1] > o[1]) o[1] = part[t][1];                                          \
+            for (int i = 2; i < 9; i++) o[i] += part[t][i];                                    \
+        }                                                                                      \
+        return team;                                                                           \
+    }
+#else
+#define DEFINE_PARALLEL(NAME, T, W)                                                           \
+    int NAME##_par(const T *x, int64_t n, double *o, int threads) {                            \
+        (void)threads;                                                                         \
+        NAME(x, n, o);                                                                         \
+        return 1;                                                                              \
+    }
+#endif
+
 DEFINE_STATS(ap_stats_f32, float, vf32, vi32, 16, load_f32, one_f32, 0x7fffffff, FLT_MAX, 1)
 DEFINE_STATS(ap_stats_bf16, uint16_t, vf32, vi32, 16, load_bf16, one_bf16, 0x7fffffff, FLT_MAX, 1)
 DEFINE_STATS(ap_stats_f64, double, vf64, vi64, 8, load_f64, one_f64, 0x7fffffffffffffffLL, DBL_MAX, 0)
+
+DEFINE_PARALLEL(ap_stats_f32, float, 16)
+DEFINE_PARALLEL(ap_stats_bf16, uint16_t, 16)
+DEFINE_PARALLEL(ap_stats_f64, double, 8)
+
+int ap_stats_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 /* Lets the loader check it has the library it expects. */
 int ap_stats_version(void) { return 1; }

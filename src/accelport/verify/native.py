@@ -10,6 +10,7 @@ same statistics, slower. ACCELPORT_DUMP_NATIVE=0 forces the numpy path.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
@@ -39,6 +40,7 @@ _FLAG_SETS = (
 )
 _COMMON = ("-shared", "-fPIC", "-Wno-psabi")
 
+PARALLEL_MIN = 1 << 16  # elements: below this one thread is faster than waking a team
 _lock = threading.Lock()
 _loaded: Kernels | None = None
 _tried = False
@@ -52,6 +54,11 @@ class Kernels:
         self._lib = lib  # keeps the library mapped
         self.by_dtype: dict[str, Any] = {}
         self.strided_by_dtype: dict[str, Any] = {}
+        self.parallel_by_dtype: dict[str, Any] = {}
+        import torch
+
+        self._threads = torch.get_num_threads
+        self.openmp = bool(lib.ap_stats_openmp())  # built against torch's OpenMP runtime
         for dtype, symbol in (("float32", "ap_stats_f32"), ("float64", "ap_stats_f64"),
                               ("bfloat16", "ap_stats_bf16")):  # fmt: skip
             fn = getattr(lib, symbol)
@@ -63,9 +70,22 @@ class Kernels:
             strided.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                 ctypes.c_void_p)  # fmt: skip
             self.strided_by_dtype[dtype] = strided
+            parallel = getattr(lib, f"{symbol}_par")
+            parallel.restype = ctypes.c_int
+            parallel.argtypes = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int)
+            self.parallel_by_dtype[dtype] = parallel
 
     def sweep(self, pointer: int, count: int, dtype: str, out: Any) -> None:
-        """Add the statistics of `count` contiguous elements at `pointer` into out[9]."""
+        """Add the statistics of `count` contiguous elements at `pointer` into out[9].
+
+        A large tensor is split across torch's intra-op threads (the OpenMP team that just
+        wrote it, still awake): each thread reads its slice from its own core's cache.
+        """
+        if self.openmp and count >= PARALLEL_MIN:
+            threads = self._threads()
+            if threads > 1:
+                self.parallel_by_dtype[dtype](pointer, count, out, threads)
+                return
         self.by_dtype[dtype](pointer, count, out)
 
     def sweep_strided(
@@ -133,11 +153,28 @@ def _cache_dir() -> Path | None:
     return Path(base) / "accelport" / "native"
 
 
+def _openmp_runtime() -> str | None:
+    """The OpenMP runtime torch loaded (its own libgomp, or an Intel/LLVM one), as a file path."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as handle:
+            paths = {line.split()[-1] for line in handle if "omp" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        name = os.path.basename(path)
+        if name.startswith(("libgomp", "libiomp5", "libomp")) and ".so" in name:
+            return path
+    return None
+
+
 def _load() -> Kernels:
+    import torch  # noqa: F401 - loads the OpenMP runtime the kernel links against
+
     compiler = _compiler()
     if compiler is None:
         raise RuntimeError("no C compiler (set CC)")
     source = SOURCE.read_bytes()
+    runtime = _openmp_runtime()
     key = hashlib.sha1(
         b"\0".join(
             [
@@ -145,7 +182,7 @@ def _load() -> Kernels:
                 " ".join(compiler).encode(),
                 platform.machine().encode(),
                 _cpu_id().encode(),
-                repr((_FLAG_SETS, _COMMON)).encode(),
+                repr((_FLAG_SETS, _COMMON, runtime)).encode(),
             ]
         )
     ).hexdigest()[:16]
@@ -162,7 +199,7 @@ def _load() -> Kernels:
     path = folder / f"stats-{key}.so"
     try:
         if not path.exists():
-            _build(compiler, path)
+            _build(compiler, path, runtime)
         kernels = Kernels(ctypes.CDLL(str(path)), path)
     finally:
         if scratch is not None:
@@ -173,21 +210,46 @@ def _load() -> Kernels:
     return kernels
 
 
-def _build(compiler: list[str], path: Path) -> None:
+def _build(compiler: list[str], path: Path, runtime: str | None) -> None:
+    """Compile _stats.c: with OpenMP linked against torch's own runtime where it can, else serial.
+
+    The OpenMP build compiles and links in two steps so that the library needs only the
+    runtime already in the process (linking with -fopenmp would add the system's libgomp,
+    a second thread pool fighting torch's for the same cores).
+    """
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    errors = []
-    for flags in _FLAG_SETS:
-        command = [*compiler, *flags, *_COMMON, "-o", str(tmp), str(SOURCE)]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise RuntimeError(f"{compiler[0]}: {exc}") from None
-        if done.returncode == 0:
-            os.replace(tmp, path)
-            log.debug("dump: built %s with %s", path, " ".join(flags))
-            return
-        errors.append(done.stderr.strip().splitlines()[-1:] or ["failed"])
-    raise RuntimeError(f"{compiler[0]} could not build {SOURCE.name}: {errors[-1][0]}")
+    obj = path.with_name(f"{path.name}.{os.getpid()}.o")
+    errors: list[str] = []
+    attempts = [(flags, runtime) for flags in _FLAG_SETS] if runtime else []
+    attempts += [(flags, None) for flags in _FLAG_SETS]
+    try:
+        for flags, omp in attempts:
+            if omp:
+                steps = [
+                    [*compiler, *flags, "-fopenmp", "-fPIC", "-Wno-psabi", "-c", "-o", str(obj), str(SOURCE)],
+                    [*compiler, "-shared", "-o", str(tmp), str(obj), omp],
+                ]  # fmt: skip
+            else:
+                steps = [[*compiler, *flags, *_COMMON, "-o", str(tmp), str(SOURCE)]]
+            if all(_run(step, compiler[0], errors) for step in steps):
+                os.replace(tmp, path)
+                log.debug("dump: built %s with %s (OpenMP: %s)", path, " ".join(flags), omp)
+                return
+    finally:
+        for leftover in (tmp, obj):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+    raise RuntimeError(f"{compiler[0]} could not build {SOURCE.name}: {errors[-1]}")
+
+
+def _run(command: list[str], name: str, errors: list[str]) -> bool:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"{name}: {exc}") from None
+    if done.returncode != 0:
+        errors.append((done.stderr.strip().splitlines() or ["failed"])[-1])
+    return done.returncode == 0
 
 
 def _self_check(kernels: Kernels) -> None:
@@ -205,3 +267,11 @@ def _self_check(kernels: Kernels) -> None:
         kernels.sweep(ctypes.addressof(data), len(values), dtype, out)
         if list(out) != want:
             raise RuntimeError(f"self-check failed for {dtype}: {list(out)} != {want}")
+        parallel = getattr(kernels, "parallel_by_dtype", {}).get(dtype)
+        if parallel is not None:
+            out = (ctypes.c_double * 9)(math.inf, -math.inf, 0, 0, 0, 0, 0, 0, 0)
+            parallel(ctypes.addressof(data), len(values), out, 2)
+            if list(out) != want:
+                raise RuntimeError(
+                    f"self-check failed for {dtype} on threads: {list(out)} != {want}"
+                )
