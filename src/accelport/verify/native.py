@@ -3,7 +3,9 @@
 numpy needs five to seven passes over a tensor for its eight statistics; this kernel
 reads each element once. It is built once per machine into the user's cache folder
 (~/.cache/accelport/native, keyed by a hash of the source, compiler, flags and CPU) and
-loaded with ctypes, which releases the GIL during the call. Without a C compiler, or if
+loaded with ctypes, which releases the GIL during the call. Where torch runs on an
+OpenMP runtime (its bundled libgomp, or libiomp5/libomp), the kernel is linked against
+that same file, and large tensors are split across torch's intra-op threads. Without a C compiler, or if
 building or the self-check fails, `kernels()` returns None and the dump uses numpy:
 same statistics, slower. ACCELPORT_DUMP_NATIVE=0 forces the numpy path.
 """
