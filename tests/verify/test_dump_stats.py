@@ -237,3 +237,21 @@ def test_a_library_that_gets_the_self_check_wrong_is_refused(monkeypatch):
 
     with pytest.raises(RuntimeError, match="self-check"):
         native._self_check(Wrong())
+
+
+@pytest.mark.skipif(not _compiler_present(), reason="no C compiler")
+def test_without_an_openmp_runtime_the_kernel_is_built_serial_and_still_right(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(native.ENV_VAR, raising=False)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(native, "_openmp_runtime", lambda: None)
+    native.reset()
+    try:
+        stats = _Stats(host=True)
+        assert stats.native is not None and not stats.native.openmp
+        t = _cases()["large"]
+        _assert_matches(stats.compute(t), _reference(t), "serial")
+    finally:
+        native.reset()
