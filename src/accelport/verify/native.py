@@ -7,7 +7,7 @@ loaded with ctypes, which releases the GIL during the call. Where torch runs on 
 OpenMP runtime (its bundled libgomp, or libiomp5/libomp), the kernel is linked against
 that same file, and large tensors are split across torch's intra-op threads. Without a C compiler, or if
 building or the self-check fails, `kernels()` returns None and the dump uses numpy:
-same statistics, slower. ACCELPORT_DUMP_NATIVE=0 forces the numpy path.
+same statistics, several times slower. ACCELPORT_DUMP_NATIVE=0 forces the numpy path.
 """
 
 from __future__ import annotations
