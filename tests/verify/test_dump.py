@@ -194,7 +194,7 @@ def test_header_records_environment_and_end_record_closes(tinylm_dump):
     assert not info.truncated
 
 
-def test_statistics_of_a_large_tensor_swept_on_two_threads(tmp_path):
+def test_statistics_of_a_large_tensor_with_zeros_and_an_inf(tmp_path):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1_200_001, generator=g)
     x[::7] = 0.0

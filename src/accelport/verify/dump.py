@@ -11,7 +11,9 @@ Every record has a stable identity: step, phase, module path, op, call index,
 and the user-code line that issued it.
 
 Statistics are computed where the tensor lives. On the CPU they are read
-directly; on an accelerator each tensor's numbers are stacked into one small
+directly, in place, by a compiled one-pass kernel (native.py, _stats.c: float32 lane
+sums added into float64 per 2048 elements) or, without a C compiler, by numpy sweeps
+over cache-sized chunks; on an accelerator each tensor's numbers are stacked into one small
 device tensor and the whole batch is copied to the host once per flush (at the
 end of each step, or every `flush_every` tensors), never with a per-tensor
 `.item()`.
@@ -30,11 +32,12 @@ import threading
 import weakref
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from ctypes import c_double as _C_DOUBLE
 from pathlib import Path
 from typing import Any
 
 from accelport.errors import UserError
-from accelport.verify import dumpfile
+from accelport.verify import dumpfile, native
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +53,7 @@ _SAME_ORDER_OPS = frozenset(
     }
 )  # fmt: skip
 _ALIAS_OPS = _SAME_ORDER_OPS | {"aten.t.default", "aten.transpose.int", "aten.permute.default"}
-# Ops that create a tensor without reading one: their output is uninitialised or a constant.
-_FACTORY_PREFIXES = ("aten.empty", "aten.new_empty", "aten.zeros", "aten.ones", "aten.full", "aten.new_zeros",
-                     "aten.new_ones", "aten.new_full", "aten.scalar_tensor", "aten.arange", "aten._efficientzerotensor")  # fmt: skip
+# Ops whose output is uninitialised memory: recorded without statistics.
 _UNINITIALISED_PREFIXES = ("aten.empty", "aten.new_empty")
 # Dispatcher calls that compute nothing (profiler ranges such as the optimizer's record_function).
 _NOT_NUMERIC = ("profiler.",)
@@ -60,6 +61,8 @@ _NOT_NUMERIC = ("profiler.",)
 PHASES = ("forward", "backward", "optimizer", "other")
 _HOST_CHUNK = 1 << 16  # elements per statistics sweep on the CPU: 256 KiB of float32 stays in L2
 _SPLIT = 8 * _HOST_CHUNK  # tensors this large are swept by two threads
+_DTYPE_NAMES: dict[Any, str] = {}  # torch.float32 -> "float32"
+_SWEEP_START = (math.inf, -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # min, max, sums, counts
 
 
 def _parse_steps(steps: str | tuple[int, int] | range | None) -> tuple[int, int | None]:
@@ -90,24 +93,46 @@ class _Stats:
         self.pending: list[Any] = []  # device tensors of 8 numbers, waiting for one copy
         self._buffers: dict[tuple, Any] = {}  # scratch arrays, per thread
         self._pool: Any = None  # second thread for large tensors
+        # The compiled one-pass kernel (native.py); None: numpy sweeps, same numbers, slower.
+        self.native = native.kernels() if host else None
+        self._native_dtypes: dict[Any, str] = {}
+        self._native_torch: dict[Any, str] = {}
+        if self.native is not None:
+            import numpy as np
+
+            # int16 arrays reach a sweep only as the bits of bfloat16 tensors (see compute).
+            torch = self.torch
+            self._native_torch = {torch.float32: "float32", torch.float64: "float64",
+                                  torch.bfloat16: "bfloat16"}  # fmt: skip
+            self._f64 = np.dtype(np.float64)
+            self._native_dtypes = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",
+                                   np.dtype(np.int16): "bfloat16"}  # fmt: skip
 
     def compute(self, t: Any) -> list[float] | int | None:
         """A list of numbers (host) or an index into the pending batch (device); None when not numeric."""
         torch = self.torch
+        if self.native is not None and t.is_cpu:
+            kind = self._native_torch.get(t.dtype)
+            if kind is not None and t.layout == torch.strided and not t.is_quantized:
+                stats = self._native_stats(t, kind)
+                if stats is not None:
+                    return stats
         x = t.detach()
         if x.is_complex() or x.layout != torch.strided or x.is_meta or x.is_quantized:
             return None
         n = x.numel()
         if n == 0:
-            return [math.nan, math.nan, math.nan, 0.0, math.nan, 0, 0, 0]
+            return [math.nan, math.nan, math.nan, 0.0, math.nan, 0.0, 0.0, 0.0]
         host = self.host and x.is_cpu
         if x.dtype == torch.bool:
             if host:
                 ones = int(torch.count_nonzero(x))
                 low, high = (1.0 if ones == n else 0.0), (1.0 if ones else 0.0)
-                return [low, high, ones / n, math.sqrt(ones), ones / n, 0, 0, n - ones]
+                return [low, high, ones / n, math.sqrt(ones), ones / n, 0.0, 0.0, float(n - ones)]
             x = x.to(torch.uint8)
-        if not x.is_floating_point():
+        if host and x.dtype == torch.bfloat16 and self.native is not None:
+            x = x.view(torch.int16)  # the kernel widens bfloat16 itself: no float32 copy
+        elif not x.is_floating_point():
             x = x.double()
         elif x.dtype not in (torch.float32, torch.float64):
             x = x.float()
@@ -124,16 +149,53 @@ class _Stats:
             return _combine(self._sweep_strided(x.numpy()))
         return self._device(x.reshape(-1), n)
 
+    def _native_stats(self, t: Any, kind: str) -> list[float] | None:
+        """Statistics from the compiled kernel, read from the tensor's memory in place.
+
+        No torch op is called (each would pass through the dispatch mode again): the
+        kernel gets the data pointer, and the layout is worked out from sizes and strides.
+        None for a layout it cannot walk (no dimension with stride 1).
+        """
+        n = t.numel()
+        if n == 0:
+            return [math.nan, math.nan, math.nan, 0.0, math.nan, 0.0, 0.0, 0.0]
+        assert self.native is not None
+        out = (_C_DOUBLE * 9)(*_SWEEP_START)
+        if t.is_contiguous():
+            self.native.sweep(t.data_ptr(), n, kind, out)
+            return _combine([tuple(out)])
+        # Element order does not matter: sort the dimensions by stride, merge the ones that
+        # follow each other in memory; a layout that fills its memory becomes one run.
+        dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape, strict=True) if sz != 1)
+        merged: list[list[int]] = []
+        for stride, size in dims:
+            if merged and merged[-1][0] * merged[-1][1] == stride:
+                merged[-1][1] *= size
+            else:
+                merged.append([stride, size])
+        if not merged or merged[0][0] != 1:
+            return None
+        if len(merged) == 1:
+            self.native.sweep(t.data_ptr(), n, kind, out)
+        else:
+            merged.reverse()  # outermost first, the contiguous run last
+            sizes = [size for _, size in merged]
+            strides = [stride for stride, _ in merged]
+            self.native.sweep_strided(t.data_ptr(), sizes, strides, kind, out)
+        return _combine([tuple(out)])
+
     def _host(self, values: Any) -> list[float]:
-        """One sweep over cache-sized chunks with numpy.
+        """One sweep of a 1-D array over cache-sized chunks (compiled kernel, else numpy).
 
         Many small reductions through torch's thread pool stall whenever the other cores are
-        busy (each parallel region waits for every thread); numpy's reductions on a chunk that
-        stays in cache cost a few microseconds each and never wait. A large tensor is split
-        in two halves swept on two threads (numpy releases the GIL), like torch's own ops.
+        busy (each parallel region waits for every thread); reductions on a chunk that stays
+        in cache cost a few microseconds each and never wait. With numpy, a large tensor is
+        split in two halves swept on two threads (numpy releases the GIL).
         """
         n = values.shape[0]
-        if n < _SPLIT:
+        # The compiled kernel runs on one thread: a second one only contends with torch's
+        # own threads, which keep spinning on the other cores between ops.
+        if n < _SPLIT or self.native is not None:
             return _combine([self._sweep(values)])
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -159,7 +221,18 @@ class _Stats:
         return parts
 
     def _sweep(self, values: Any) -> tuple:
-        """(min, max, sum, sum of squares, sum of |x|, nan, inf, zeros, finite count) of a 1-D array.
+        """(min, max, sum, sum of squares, sum of |x|, nan, inf, zeros, finite count) of a 1-D array."""
+        kind = self._native_dtypes.get(values.dtype)
+        if kind is None:
+            return self._sweep_numpy(values)
+        out = self._buffer("out", self._f64, 9)
+        out[:] = _SWEEP_START
+        assert self.native is not None
+        self.native.sweep(values.ctypes.data, values.shape[0], kind, out.ctypes.data)
+        return tuple(out.tolist())
+
+    def _sweep_numpy(self, values: Any) -> tuple:
+        """What `_sweep` returns, with numpy (no compiled kernel).
 
         Each chunk costs a handful of numpy calls: sum (a dot with ones), min, max and sum of
         squares; |x| only when the chunk has both signs (otherwise the sum of |x| is +-sum),
@@ -309,12 +382,18 @@ class _Stats:
 
 def _combine(parts: list[tuple]) -> list[float]:
     """The STAT_FIELDS of a tensor from the sweeps of its pieces."""
+    if len(parts) == 1:
+        lo, hi, total, square, absolute, nan, inf, zero, finite = parts[0]
+        if finite == 0:
+            return [math.nan, math.nan, math.nan, math.nan, math.nan, float(nan), float(inf), 0.0]
+        return [lo, hi, total / finite, math.sqrt(square), absolute / finite,
+                float(nan), float(inf), float(zero)]  # fmt: skip
     lo = min(p[0] for p in parts)
     hi = max(p[1] for p in parts)
     total, square, absolute = (sum(p[i] for p in parts) for i in (2, 3, 4))
-    nan, inf, zero, finite = (sum(p[i] for p in parts) for i in (5, 6, 7, 8))
+    nan, inf, zero, finite = (float(sum(p[i] for p in parts)) for i in (5, 6, 7, 8))
     if finite == 0:
-        return [math.nan, math.nan, math.nan, math.nan, math.nan, nan, inf, 0]
+        return [math.nan, math.nan, math.nan, math.nan, math.nan, nan, inf, 0.0]
     return [lo, hi, total / finite, math.sqrt(square), absolute / finite, nan, inf, zero]
 
 
@@ -397,6 +476,7 @@ class Capture:
         self._mode: Any = None
         self._frame_cache: dict[Any, bool] = {}
         self._op_names: dict[Any, str] = {}
+        self._op_kinds: dict[str, tuple[bool, bool, bool, bool]] = {}  # what _record_op does per op
         self._stats: _Stats | None = None
         self._library_roots: tuple[str, ...] = ()
         self._stdlib = ""
@@ -588,15 +668,20 @@ class Capture:
             return
         assert self._stats is not None
         resolved = self._stats.resolve()
+        clean, isfinite = dumpfile.clean_float, math.isfinite
         for record in self._records:
             for key in ("in", "out"):
                 for tensor in record.get(key, ()):
-                    stats = tensor.get("stats")
+                    stats = tensor["stats"]
+                    if stats is None:
+                        continue
                     if isinstance(stats, int):
-                        stats = resolved[stats]
-                    if stats is not None:
-                        tensor["stats"] = [dumpfile.clean_float(float(v)) for v in stats]
-            self._manifest.write(record)
+                        stats = tensor["stats"] = resolved[stats]
+                    # Statistics are floats; one sum tells whether any is NaN or Inf
+                    # (an overflowing sum only sends the list the slow way).
+                    if not isfinite(sum(stats)):
+                        tensor["stats"] = [clean(float(v)) for v in stats]
+        self._manifest.write_many(self._records)
         self.records_written += len(self._records)
         self._records = []
         self._waiting_tensors = 0
@@ -690,7 +775,7 @@ class Capture:
             hit = self._cache.get(key)
             if hit is not None and hit[0]() is t and hit[1] == version:
                 return hit[2]
-        dtype = str(t.dtype).replace("torch.", "")
+        dtype = _dtype_name(t.dtype)
         shape = list(t.shape)
         if (
             alias_of is not None
@@ -756,27 +841,37 @@ class Capture:
     def _record_op(
         self, func: Any, args: tuple, kwargs: dict, phase: str, op: str, module: str
     ) -> Any:
-        self._open()
-        save = self._save_tensors_of(module, op)
+        if not self._opened:
+            self._open()
+        save = self.tensors and self._save_tensors_of(module, op)
+        kind = self._op_kinds.get(op)
+        if kind is None:
+            kind = self._op_kinds[op] = (
+                op.startswith(_UNINITIALISED_PREFIXES), op in _ALIAS_OPS, op in _SAME_ORDER_OPS,
+                op == "aten.expand.default",
+            )  # fmt: skip
+        uninitialised, aliasing, same_order, expand = kind
         inputs = _tensors_in(args, kwargs)
-        in_entries = [(t, self._entry(t)) for t in inputs]
+        entry_of = self._entry
+        in_entries = [(t, entry_of(t)) for t in inputs]
         # In-place ops change their inputs: describe (and save) them before the op runs.
         seq = self._seq
         self._seq += 1
         step = self.current_step
+        describe = self._describe
         in_desc = [
-            self._describe(e, t, save, step, f"{seq}.in.{i}") for i, (t, e) in enumerate(in_entries)
+            describe(e, t, save, step, f"{seq}.in.{i}" if save else "")
+            for i, (t, e) in enumerate(in_entries)
         ]
         result = func(*args, **kwargs)
         outputs = _tensors_out(result)
-        factory = op.startswith(_FACTORY_PREFIXES)
-        alias = in_entries[0][1] if op in _ALIAS_OPS and in_entries else None
-        if op == "aten.expand.default" and in_entries and isinstance(in_entries[0][1].stats, list):
+        alias = in_entries[0][1] if aliasing and in_entries else None
+        if expand and in_entries and isinstance(in_entries[0][1].stats, list):
             alias = _replicated(in_entries[0][1], outputs)
         out_desc = []
         for i, t in enumerate(outputs):
-            if factory and op.startswith(_UNINITIALISED_PREFIXES):
-                entry = _Entry(str(t.dtype).replace("torch.", ""), list(t.shape), None, seq)
+            if uninitialised:
+                entry = _Entry(_dtype_name(t.dtype), list(t.shape), None, seq)
                 entry.uninitialised = True
                 desc: dict[str, Any] = {
                     "dtype": entry.dtype,
@@ -787,10 +882,8 @@ class Capture:
                 with contextlib.suppress(TypeError):
                     self._cache[id(t)] = (weakref.ref(t), t._version, entry)
             else:
-                entry = self._entry(
-                    t, src=seq, fresh=True, alias_of=alias, same_order=op in _SAME_ORDER_OPS
-                )
-                desc = self._describe(entry, t, save, step, f"{seq}.out.{i}")
+                entry = entry_of(t, src=seq, fresh=True, alias_of=alias, same_order=same_order)
+                desc = describe(entry, t, save, step, f"{seq}.out.{i}" if save else "")
             out_desc.append(desc)
         line = self._user_line() if phase != "backward" else self._call_sites.get(module)
         record = self._identity("op", seq, step, phase, op, module, line)
@@ -982,6 +1075,13 @@ def _short_path(filename: str) -> str:
     return filename[len(cwd) :] if filename.startswith(cwd) else filename
 
 
+def _dtype_name(dtype: Any) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
 def _numel(shape: list[int]) -> int:
     n = 1
     for s in shape:
@@ -1010,12 +1110,6 @@ def _dense_view(x: Any) -> Any:
             return None
         expected *= size
     return x.as_strided((x.numel(),), (1,), x.storage_offset())
-
-
-def _is_tensor(value: Any) -> bool:
-    import torch
-
-    return isinstance(value, torch.Tensor)
 
 
 def _tensors_in(args: tuple, kwargs: dict) -> list[Any]:
@@ -1048,28 +1142,40 @@ def _tensors_out(result: Any) -> list[Any]:
 
 def _describe_args(args: tuple, kwargs: dict) -> dict[str, Any]:
     """Non-tensor arguments as JSON (tensors become {"t": index}), enough to replay the op."""
+    import torch
+
     counter = [0]
+    positional = [_arg_json(v, counter, torch.Tensor) for v in args]
+    if not kwargs:
+        return {"a": positional}
+    named = {k: _arg_json(v, counter, torch.Tensor) for k, v in kwargs.items()}
+    return {"a": positional, "kw": named}
 
-    def conv(value: Any) -> Any:
-        if _is_tensor(value):
-            counter[0] += 1
-            return {"t": counter[0] - 1}
-        if value is None or isinstance(value, bool | int | str):
-            return value
-        if isinstance(value, float):
-            return value if math.isfinite(value) else {"float": repr(value)}
-        if isinstance(value, list | tuple):
-            return [conv(v) for v in value]
-        text = str(value)
-        if text.startswith("torch."):
-            return {"torch": text[len("torch.") :]}
-        if type(value).__name__ == "device":
-            return {"device": text}
-        return {"repr": repr(value)}
 
-    positional = [conv(v) for v in args]
-    named = {k: conv(v) for k, v in kwargs.items()}
-    return {"a": positional, "kw": named} if named else {"a": positional}
+_PLAIN_ARGS = (type(None), bool, int, str)
+
+
+def _arg_json(value: Any, counter: list[int], tensor_type: type) -> Any:
+    kind = type(value)
+    if kind in _PLAIN_ARGS:
+        return value
+    if isinstance(value, tensor_type):
+        counter[0] += 1
+        return {"t": counter[0] - 1}
+    if kind is float:
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if isinstance(value, bool | int | str):  # subclasses (IntEnum...)
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if isinstance(value, list | tuple):
+        return [_arg_json(v, counter, tensor_type) for v in value]
+    text = str(value)
+    if text.startswith("torch."):
+        return {"torch": text[len("torch.") :]}
+    if type(value).__name__ == "device":
+        return {"device": text}
+    return {"repr": repr(value)}
 
 
 def _host_bytes(t: Any) -> memoryview:

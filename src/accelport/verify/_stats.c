@@ -1,0 +1,214 @@
+/* One-pass tensor statistics for `accelport dump` on the CPU (compiled at first use by
+ * accelport/verify/native.py; numpy does the same work when no C compiler is found).
+ *
+ * ap_stats_<dtype>(x, n, out) adds the statistics of n contiguous elements to out[9]
+ * (ap_stats_<dtype>_nd: of a strided tensor whose last dimension is contiguous):
+ *   out[0] min, out[1] max (over finite elements; start at +inf / -inf),
+ *   out[2] sum, out[3] sum of squares, out[4] sum of |x| (finite elements, float64),
+ *   out[5] NaN count, out[6] Inf count, out[7] zero count, out[8] finite count.
+ *
+ * Written with GCC/Clang vector extensions, so it builds for any target the compiler
+ * knows (AVX-512, AVX2, NEON...). Elements are read once, in blocks of BLOCK: a block with
+ * only finite values (the common case) costs a min, max, add, multiply-add, abs-add and
+ * zero compare per vector, with float32 lane sums added into float64 per block. A block
+ * holding NaN/Inf is read again with masks; a block whose float32 lane sums overflowed
+ * (values near the float32 maximum) is summed again in float64.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DIMS 64 /* torch's limit on tensor dimensions */
+#define BLOCK 2048 /* elements per block: 8 KiB of float32, 128 vectors per lane sum */
+
+typedef float vf32 __attribute__((vector_size(64)));
+typedef int32_t vi32 __attribute__((vector_size(64)));
+typedef double vf64 __attribute__((vector_size(64)));
+typedef int64_t vi64 __attribute__((vector_size(64)));
+typedef uint16_t vu16 __attribute__((vector_size(32)));
+typedef uint32_t vu32 __attribute__((vector_size(64)));
+
+static inline vf32 load_f32(const float *x) { vf32 v; memcpy(&v, x, sizeof v); return v; }
+static inline vf64 load_f64(const double *x) { vf64 v; memcpy(&v, x, sizeof v); return v; }
+static inline vf32 load_bf16(const uint16_t *x) {
+    vu16 h;
+    memcpy(&h, x, sizeof h);
+    return (vf32)(__builtin_convertvector(h, vu32) << 16);
+}
+static inline double one_f32(const float *x) { return *x; }
+static inline double one_f64(const double *x) { return *x; }
+static inline double one_bf16(const uint16_t *x) {
+    uint32_t bits = (uint32_t)*x << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* NAME: exported symbol; T: element type; VF/VI: vector of the compute type and the
+ * same-width integers; W: lanes; ABS: the sign-clearing mask; BIG: the largest finite
+ * value; RESUM: 1 where lane sums are narrower than float64 and may overflow. */
+#define DEFINE_STATS(NAME, T, VF, VI, W, LOADV, LOAD1, ABS, BIG, RESUM)                      \
+    static inline VF NAME##_sel(VI m, VF a, VF b) { return (VF)(((VI)a & m) | ((VI)b & ~m)); } \
+                                                                                               \
+    static void NAME##_scalar(const T *x, int64_t n, double *o, int sums_only) {               \
+        for (int64_t i = 0; i < n; i++) {                                                      \
+            double v = LOAD1(x + i);                                                           \
+            if (v != v) { if (!sums_only) o[5] += 1; continue; }                               \
+            if (v == INFINITY || v == -INFINITY) { if (!sums_only) o[6] += 1; continue; }      \
+            o[2] += v; o[3] += v * v; o[4] += fabs(v);                                         \
+            if (sums_only) continue;                                                           \
+            if (v < o[0]) o[0] = v;                                                            \
+            if (v > o[1]) o[1] = v;                                                            \
+            o[7] += v == 0;                                                                    \
+        }                                                                                      \
+    }                                                                                          \
+                                                                                               \
+    /* A block of finite values: 1 and its statistics added, or 0 and nothing changed. */     \
+    static int NAME##_finite(const T *x, int64_t n, double *o) {                               \
+        const VF big = (VF){} + BIG;                                                           \
+        const VI absmask = (VI){} + ABS;                                                       \
+        VF lo = LOADV(x), hi = lo, s = {}, q = {}, a = {};                                     \
+        VI bad = {}, zeros = {};                                                               \
+        for (int64_t i = 0; i < n; i += W) {                                                   \
+            VF v = LOADV(x + i);                                                               \
+            VF m = (VF)((VI)v & absmask);                                                      \
+            bad |= ~(m <= big); /* NaN compares false, so it lands here too */                 \
+            lo = NAME##_sel(v < lo, v, lo);                                                    \
+            hi = NAME##_sel(v > hi, v, hi);                                                    \
+            s += v; q += v * v; a += m;                                                        \
+            zeros += v == (VF){};                                                              \
+        }                                                                                      \
+        for (int j = 0; j < W; j++)                                                            \
+            if (bad[j]) return 0;                                                              \
+        double ss = 0, qq = 0, aa = 0, l = o[0], h = o[1], z = 0;                              \
+        for (int j = 0; j < W; j++) {                                                          \
+            if (lo[j] < l) l = lo[j];                                                          \
+            if (hi[j] > h) h = hi[j];                                                          \
+            ss += s[j]; qq += q[j]; aa += a[j]; z -= zeros[j];                                 \
+        }                                                                                      \
+        if (RESUM && (isinf(ss) || isinf(qq) || isinf(aa))) {                                  \
+            double w[9] = {0};                                                                 \
+            NAME##_scalar(x, n, w, 1);                                                         \
+            ss = w[2]; qq = w[3]; aa = w[4];                                                   \
+        }                                                                                      \
+        o[0] = l; o[1] = h; o[2] += ss; o[3] += qq; o[4] += aa; o[7] += z; o[8] += n;          \
+        return 1;                                                                              \
+    }                                                                                          \
+                                                                                               \
+    /* A block holding NaN or Inf: non-finite lanes masked out of every statistic. */         \
+    static void NAME##_masked(const T *x, int64_t n, double *o) {                              \
+        const VF big = (VF){} + BIG, inf = (VF){} + INFINITY;                                  \
+        const VI absmask = (VI){} + ABS;                                                       \
+        VF lo = inf, hi = -inf, s = {}, q = {}, a = {};                                        \
+        VI nans = {}, infs = {}, zeros = {};                                                   \
+        for (int64_t i = 0; i < n; i += W) {                                                   \
+            VF v = LOADV(x + i);                                                               \
+            VF m = (VF)((VI)v & absmask);                                                      \
+            VI fin = m <= big;                                                                 \
+            VF f = (VF)((VI)v & fin);                                                          \
+            VF fl = NAME##_sel(fin, v, inf), fh = NAME##_sel(fin, v, -inf);                    \
+            lo = NAME##_sel(fl < lo, fl, lo);                                                  \
+            hi = NAME##_sel(fh > hi, fh, hi);                                                  \
+            s += f; q += f * f; a += (VF)((VI)m & fin);                                        \
+            nans += v != v; infs += m == inf; zeros += v == (VF){};                            \
+        }                                                                                      \
+        double ss = 0, qq = 0, aa = 0, bad = 0;                                                \
+        for (int j = 0; j < W; j++) {                                                          \
+            if (lo[j] < o[0]) o[0] = lo[j];                                                    \
+            if (hi[j] > o[1]) o[1] = hi[j];                                                    \
+            ss += s[j]; qq += q[j]; aa += a[j];                                                \
+            o[5] -= nans[j]; o[6] -= infs[j]; o[7] -= zeros[j];                                \
+            bad -= nans[j] + infs[j];                                                          \
+        }                                                                                      \
+        if (RESUM && (isinf(ss) || isinf(qq) || isinf(aa))) {                                  \
+            double w[9] = {0};                                                                 \
+            NAME##_scalar(x, n, w, 1);                                                         \
+            ss = w[2]; qq = w[3]; aa = w[4];                                                   \
+        }                                                                                      \
+        o[2] += ss; o[3] += qq; o[4] += aa; o[8] += n - bad;                                   \
+    }                                                                                          \
+                                                                                               \
+    void NAME(const T *x, int64_t n, double *o) {                                              \
+        int64_t full = n - n % W;                                                              \
+        for (int64_t b = 0; b < full; b += BLOCK) {                                            \
+            int64_t k = full - b < BLOCK ? full - b : BLOCK;                                   \
+            if (!NAME##_finite(x + b, k, o)) NAME##_masked(x + b, k, o);                       \
+        }                                                                                      \
+        double before = o[5] + o[6];                                                           \
+        NAME##_scalar(x + full, n - full, o, 0);                                               \
+        o[8] += (double)(n - full) - (o[5] + o[6] - before);                                   \
+    }                                                                                          \
+                                                                                               \
+    /* A strided tensor whose last dimension is contiguous, read row by row in place. */      \
+    void NAME##_nd(const T *x, int ndim, const int64_t *sizes, const int64_t *strides,         \
+                   double *o) {                                                                \
+        int64_t index[MAX_DIMS] = {0}, rows = 1, offset = 0, run = sizes[ndim - 1];            \
+        for (int d = 0; d < ndim - 1; d++) rows *= sizes[d];                                   \
+        for (int64_t r = 0; r < rows; r++) {                                                   \
+            NAME(x + offset, run, o);                                                          \
+            for (int d = ndim - 2; d >= 0; d--) {                                              \
+                offset += strides[d];                                                          \
+                if (++index[d] < sizes[d]) break;                                              \
+                offset -= strides[d] * sizes[d];                                               \
+                index[d] = 0;                                                                  \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+#ifdef _OPENMP
+/* Built against the OpenMP runtime torch already loaded (native.py links that file), so
+ * the team is torch's own intra-op threads, awake between ops: each sweeps one slice,
+ * typically the half of the output it just wrote, still in its core's cache. */
+int omp_get_thread_num(void);
+int omp_get_num_threads(void);
+#define MAX_THREADS 256
+#define DEFINE_PARALLEL(NAME, T, W)                                                           \
+    int NAME##_par(const T *x, int64_t n, double *o, int threads) {                            \
+        double part[MAX_THREADS][9];                                                           \
+        int team = 1;                                                                          \
+        if (threads > MAX_THREADS) threads = MAX_THREADS;                                      \
+        _Pragma("omp parallel num_threads(threads)")                                           \
+        {                                                                                      \
+            int t = omp_get_thread_num(), k = omp_get_num_threads();                           \
+            int64_t per = n / k / W * W, begin = per * t, end = t == k - 1 ? n : begin + per;  \
+            double *p = part[t];                                                               \
+            p[0] = INFINITY; p[1] = -INFINITY;                                                 \
+            for (int i = 2; i < 9; i++) p[i] = 0;                                              \
+            NAME(x + begin, end - begin, p);                                                   \
+            if (t == 0) team = k;                                                              \
+        }                                                                                      \
+        for (int t = 0; t < team; t++) {                                                       \
+            if (part[t][0] < o[0]) o[0] = part[t][0];                                          \
+            if (part[t][1] > o[1]) o[1] = part[t][1];                                          \
+            for (int i = 2; i < 9; i++) o[i] += part[t][i];                                    \
+        }                                                                                      \
+        return team;                                                                           \
+    }
+#else
+#define DEFINE_PARALLEL(NAME, T, W)                                                           \
+    int NAME##_par(const T *x, int64_t n, double *o, int threads) {                            \
+        (void)threads;                                                                         \
+        NAME(x, n, o);                                                                         \
+        return 1;                                                                              \
+    }
+#endif
+
+DEFINE_STATS(ap_stats_f32, float, vf32, vi32, 16, load_f32, one_f32, 0x7fffffff, FLT_MAX, 1)
+DEFINE_STATS(ap_stats_bf16, uint16_t, vf32, vi32, 16, load_bf16, one_bf16, 0x7fffffff, FLT_MAX, 1)
+DEFINE_STATS(ap_stats_f64, double, vf64, vi64, 8, load_f64, one_f64, 0x7fffffffffffffffLL, DBL_MAX, 0)
+
+DEFINE_PARALLEL(ap_stats_f32, float, 16)
+DEFINE_PARALLEL(ap_stats_bf16, uint16_t, 16)
+DEFINE_PARALLEL(ap_stats_f64, double, 8)
+
+int ap_stats_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* Lets the loader check it has the library it expects. */
+int ap_stats_version(void) { return 1; }
