@@ -178,8 +178,9 @@ def walk(ctx: PyContext, tree: ast.AST, wanted: list[int] | None = None) -> None
     stmt = ast.stmt
     imports = (ast.Import, ast.ImportFrom)
     stack = [tree]
+    pop, extend = stack.pop, stack.extend
     while stack:
-        node = stack.pop()
+        node = pop()
         kind = type(node)
         rules = registry.get(kind)
         if rules:
@@ -192,25 +193,23 @@ def walk(ctx: PyContext, tree: ast.AST, wanted: list[int] | None = None) -> None
         children = []
         for name in names:
             value = getattr(node, name, None)
-            if isinstance(value, list):
-                items = value
-            elif isinstance(value, AST):
-                items = (value,)
-            else:
+            if value is None:
                 continue
-            for child in items:
-                if not isinstance(child, AST):
-                    continue
-                if (
-                    wanted is not None
-                    and isinstance(child, stmt)
-                    and not isinstance(child, imports)
-                    and not _spans(child, wanted)
-                ):
-                    continue
-                parents[id(child)] = node
-                children.append(child)
-        stack.extend(reversed(children))
+            if type(value) is list:
+                for child in value:
+                    if not isinstance(child, AST):
+                        continue  # names of a `global`, say
+                    # Statements sit only in lists (bodies): those covering no wanted line are not entered.
+                    if wanted is not None and isinstance(child, stmt) and not isinstance(child, imports) and not _spans(child, wanted):
+                        continue
+                    parents[id(child)] = node
+                    children.append(child)
+            elif isinstance(value, AST):
+                parents[id(value)] = node
+                children.append(value)
+        if children:
+            children.reverse()
+            extend(children)
     for finalize in FINALIZERS:
         finalize(ctx)
 
