@@ -471,6 +471,10 @@ class Capture:
         self._backward_active: list[str] = []
         self._call_sites: dict[str, str] = {}  # module path -> line that called it
         self._in_optimizer = 0
+        # Frames of the optimizer steps running now (their hook wrappers), innermost last: a
+        # step that raised never runs its post-hook, and its frame is then off the stack.
+        self._optimizer_frames: list[Any] = []
+        self._mode_off = False  # dispatch mode taken off the stack while an optimizer step runs
         self._grad_hooks: list[Any] = []
         self._handles: list[Any] = []
         self._mode: Any = None
@@ -535,7 +539,10 @@ class Capture:
         if self._closed:
             return
         self._closed = True
-        if self._mode is not None:
+        # A mode taken off for an optimizer step that raised is simply not put back.
+        self._optimizer_frames = []
+        self._in_optimizer = 0
+        if self._mode is not None and not self._mode_off:
             try:
                 self._mode.__exit__(None, None, None)
             except (
@@ -571,6 +578,8 @@ class Capture:
         """End the current step: flush its records and start numbering the next one."""
         if os.getpid() != self._pid:
             return
+        if self._optimizer_frames:
+            self._settle_optimizer()
         if self._opened:
             self._flush()
             if self._store is not None:
@@ -951,6 +960,12 @@ class Capture:
         return name
 
     def _on_module_enter(self, mod: Any, args: tuple) -> None:
+        if self._optimizer_frames:
+            self._settle_optimizer()
+            if self._mode_off:
+                # A module running inside optimizer.step (not through a closure): record
+                # as without the shortcut.
+                self._resume_mode()
         if self._busy or not self._active():
             return
         self._busy = True
@@ -1030,14 +1045,59 @@ class Capture:
         )
 
     def _on_optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._in_optimizer += 1
-        if self._busy or not self._active() or "optimizer" not in self.phases:
+        if self._optimizer_frames:
+            self._settle_optimizer()
+        self._optimizer_frames.append(sys._getframe(1))  # the wrapper that runs the step
+        self._in_optimizer = len(self._optimizer_frames)
+        if self._busy or not self._active():
+            return
+        if "optimizer" not in self.phases:
+            # None of the step's own ops will be recorded: take the dispatch mode off the
+            # stack while it runs, so they do not each pay a Python round trip. Not with a
+            # closure (LBFGS): it runs forward and backward, whose ops are recorded.
+            closure = any(callable(v) for v in args[1:]) or any(
+                callable(v) for v in kwargs.values()
+            )
+            if self._in_optimizer == 1 and not closure:
+                self._suspend_mode()
             return
         self._busy = True
         try:
             self._record_grads(optimizer)
         finally:
             self._busy = False
+
+    def _settle_optimizer(self) -> None:
+        """Forget optimizer steps that are over (one that raised never ran its post-hook).
+
+        Puts the dispatch mode back once no step is running.
+        """
+        frames = self._optimizer_frames
+        if frames:
+            live = set()
+            frame = sys._getframe(1)
+            while frame is not None:
+                live.add(id(frame))
+                frame = frame.f_back
+            while frames and id(frames[-1]) not in live:
+                frames.pop()
+        self._in_optimizer = len(frames)
+        if not frames and self._mode_off:
+            self._resume_mode()
+
+    def _suspend_mode(self) -> None:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        # Only when it is on top: another mode pushed above it stays where it is.
+        if self._mode is not None and _get_current_dispatch_mode() is self._mode:
+            self._mode.__exit__(None, None, None)
+            self._mode_off = True
+
+    def _resume_mode(self) -> None:
+        if self._mode_off:
+            self._mode_off = False
+            if not self._closed:
+                self._mode.__enter__()
 
     def _record_grads(self, optimizer: Any) -> None:
         for group in optimizer.param_groups:
@@ -1048,7 +1108,9 @@ class Capture:
                 self._leaf_record("grad", module, name, param.grad, "optimizer")
 
     def _on_optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._in_optimizer = max(0, self._in_optimizer - 1)
+        if self._optimizer_frames:
+            self._optimizer_frames.pop()
+            self._settle_optimizer()
         if self.step_on == "optimizer" and os.getpid() == self._pid:
             self.step()
 
