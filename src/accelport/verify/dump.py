@@ -480,6 +480,9 @@ class Capture:
         self._mode: Any = None
         self._frame_cache: dict[Any, bool] = {}
         self._op_names: dict[Any, str] = {}
+        self._not_numeric: set[Any] = set()  # funcs of _NOT_NUMERIC ops
+        self._filtered = bool(self.module_filters or self.op_filters)
+        self._backward = "backward" in self.phases
         self._op_kinds: dict[str, tuple[bool, bool, bool, bool]] = {}  # what _record_op does per op
         self._stats: _Stats | None = None
         self._library_roots: tuple[str, ...] = ()
@@ -812,6 +815,10 @@ class Capture:
             out["src"] = entry.src
         if entry.uninitialised:
             out["uninitialised"] = True
+        if not (save or crc or self.checksums):
+            if entry.data:
+                out.update(entry.data)
+            return out
         info = entry.data if entry.data is not None else {}
         need_crc = (self.checksums or crc) and "crc32" not in info
         need_file = save and self._store is not None and "file" not in info
@@ -835,11 +842,17 @@ class Capture:
         if self._busy or not self._active():
             return func(*args, **kwargs)
         phase = self._phase()
+        if phase not in self.phases:
+            return func(*args, **kwargs)
         op = self._op_names.get(func)
         if op is None:
             op = self._op_names[func] = str(func)
+            if op.startswith(_NOT_NUMERIC):
+                self._not_numeric.add(func)
+        if func in self._not_numeric:
+            return func(*args, **kwargs)
         module = self._module(phase)
-        if phase not in self.phases or op.startswith(_NOT_NUMERIC) or not self._wanted(module, op):
+        if self._filtered and not self._wanted(module, op):
             return func(*args, **kwargs)
         self._busy = True
         try:
@@ -895,8 +908,14 @@ class Capture:
                 desc = describe(entry, t, save, step, f"{seq}.out.{i}" if save else "")
             out_desc.append(desc)
         line = self._user_line() if phase != "backward" else self._call_sites.get(module)
-        record = self._identity("op", seq, step, phase, op, module, line)
-        record.update({"args": _describe_args(args, kwargs), "in": in_desc, "out": out_desc})
+        key = (phase, module, op)
+        call = self._calls.get(key, 0)
+        self._calls[key] = call + 1
+        record = {
+            "k": "op", "seq": seq, "step": step, "phase": phase, "op": op, "module": module,
+            "call": call, "line": line, "args": _describe_args(args, kwargs), "in": in_desc,
+            "out": out_desc,
+        }  # fmt: skip
         if phase == "backward":
             node = self._torch._C._current_autograd_node()
             if node is not None:
@@ -994,7 +1013,8 @@ class Capture:
             if is_root:
                 for index, tensor in enumerate(_tensors_in(args, {})):
                     self._leaf_record("input", name, str(index), tensor, "forward")
-        if self._torch.is_grad_enabled():
+        # Gradient hooks only attribute backward ops to modules: none when they are not recorded.
+        if self._backward and self._torch.is_grad_enabled():
             tensors = [t for t in _tensors_in(args, {}) if t.requires_grad]
             if tensors:
                 self._grad_hooks.append(
@@ -1007,7 +1027,7 @@ class Capture:
         if self._busy or not self._forward_stack or os.getpid() != self._pid:
             return
         name = self._forward_stack.pop()
-        if not self._active() or not self._torch.is_grad_enabled():
+        if not self._backward or not self._active() or not self._torch.is_grad_enabled():
             return
         tensors = [t for t in _tensors_out(output) if t.requires_grad]
         if tensors:
@@ -1175,15 +1195,25 @@ def _dense_view(x: Any) -> Any:
 
 
 def _tensors_in(args: tuple, kwargs: dict) -> list[Any]:
-    import torch
-
+    tensor = _tensor_type()
     found: list[Any] = []
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.Tensor):
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(value, tensor):
             found.append(value)
         elif isinstance(value, list | tuple):
-            found.extend(v for v in value if isinstance(v, torch.Tensor))
+            found.extend(v for v in value if isinstance(v, tensor))
     return found
+
+
+_TENSOR: list[type] = []
+
+
+def _tensor_type() -> type:
+    if not _TENSOR:
+        import torch
+
+        _TENSOR.append(torch.Tensor)
+    return _TENSOR[0]
 
 
 def _tensors_out(result: Any) -> list[Any]:
@@ -1204,13 +1234,13 @@ def _tensors_out(result: Any) -> list[Any]:
 
 def _describe_args(args: tuple, kwargs: dict) -> dict[str, Any]:
     """Non-tensor arguments as JSON (tensors become {"t": index}), enough to replay the op."""
-    import torch
-
+    tensor = _tensor_type()
     counter = [0]
-    positional = [_arg_json(v, counter, torch.Tensor) for v in args]
+    plain = _PLAIN_ARGS
+    positional = [v if type(v) in plain else _arg_json(v, counter, tensor) for v in args]
     if not kwargs:
         return {"a": positional}
-    named = {k: _arg_json(v, counter, torch.Tensor) for k, v in kwargs.items()}
+    named = {k: v if type(v) in plain else _arg_json(v, counter, tensor) for k, v in kwargs.items()}
     return {"a": positional, "kw": named}
 
 
@@ -1231,7 +1261,8 @@ def _arg_json(value: Any, counter: list[int], tensor_type: type) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else {"float": repr(value)}
     if isinstance(value, list | tuple):
-        return [_arg_json(v, counter, tensor_type) for v in value]
+        plain = _PLAIN_ARGS
+        return [v if type(v) in plain else _arg_json(v, counter, tensor_type) for v in value]
     text = str(value)
     if text.startswith("torch."):
         return {"torch": text[len("torch.") :]}
