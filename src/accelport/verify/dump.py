@@ -479,8 +479,7 @@ class Capture:
         self._handles: list[Any] = []
         self._mode: Any = None
         self._frame_cache: dict[Any, bool] = {}
-        self._op_names: dict[Any, str] = {}
-        self._not_numeric: set[Any] = set()  # funcs of _NOT_NUMERIC ops
+        self._op_names: dict[int, str] = {}  # id(func) -> op name; "" for _NOT_NUMERIC ops
         self._filtered = bool(self.module_filters or self.op_filters)
         self._backward = "backward" in self.phases
         self._op_kinds: dict[str, tuple[bool, bool, bool, bool]] = {}  # what _record_op does per op
@@ -844,12 +843,12 @@ class Capture:
         phase = self._phase()
         if phase not in self.phases:
             return func(*args, **kwargs)
-        op = self._op_names.get(func)
+        # Keyed by id: OpOverload.__hash__ is Python code (op objects live for the process).
+        op = self._op_names.get(id(func))
         if op is None:
-            op = self._op_names[func] = str(func)
-            if op.startswith(_NOT_NUMERIC):
-                self._not_numeric.add(func)
-        if func in self._not_numeric:
+            op = str(func)
+            op = self._op_names[id(func)] = "" if op.startswith(_NOT_NUMERIC) else op
+        if not op:  # not numeric
             return func(*args, **kwargs)
         module = self._module(phase)
         if self._filtered and not self._wanted(module, op):
