@@ -63,6 +63,8 @@ _HOST_CHUNK = 1 << 16  # elements per statistics sweep on the CPU: 256 KiB of fl
 _SPLIT = 8 * _HOST_CHUNK  # tensors this large are swept by two threads
 _DTYPE_NAMES: dict[Any, str] = {}  # torch.float32 -> "float32"
 _SWEEP_START = (math.inf, -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # min, max, sums, counts
+_SWEEP_ARRAY = _C_DOUBLE * 9
+_SWEEP_START_BYTES = bytes(_SWEEP_ARRAY(*_SWEEP_START))  # copied into a new array per tensor: fast
 
 
 def _parse_steps(steps: str | tuple[int, int] | range | None) -> tuple[int, int | None]:
@@ -160,10 +162,10 @@ class _Stats:
         if n == 0:
             return [math.nan, math.nan, math.nan, 0.0, math.nan, 0.0, 0.0, 0.0]
         assert self.native is not None
-        out = (_C_DOUBLE * 9)(*_SWEEP_START)
+        out = _SWEEP_ARRAY.from_buffer_copy(_SWEEP_START_BYTES)
         if t.is_contiguous():
             self.native.sweep(t.data_ptr(), n, kind, out)
-            return _combine([tuple(out)])
+            return _combine([out[:]])
         # Element order does not matter: sort the dimensions by stride, merge the ones that
         # follow each other in memory; a layout that fills its memory becomes one run.
         dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape, strict=True) if sz != 1)
@@ -182,7 +184,7 @@ class _Stats:
             sizes = [size for _, size in merged]
             strides = [stride for stride, _ in merged]
             self.native.sweep_strided(t.data_ptr(), sizes, strides, kind, out)
-        return _combine([tuple(out)])
+        return _combine([out[:]])
 
     def _host(self, values: Any) -> list[float]:
         """One sweep of a 1-D array over cache-sized chunks (compiled kernel, else numpy).
