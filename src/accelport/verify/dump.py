@@ -1018,11 +1018,7 @@ class Capture:
         if self._backward and self._torch.is_grad_enabled():
             tensors = [t for t in _tensors_in(args, {}) if t.requires_grad]
             if tensors:
-                self._grad_hooks.append(
-                    self._torch.autograd.graph.register_multi_grad_hook(
-                        tensors, lambda _g, n=name: self._leave_backward(n)
-                    )
-                )
+                self._grad_hooks.append(self._when_grads(tensors, self._leave_backward, name))
 
     def _on_module_exit(self, mod: Any, args: tuple, output: Any) -> None:
         if self._busy or not self._forward_stack or os.getpid() != self._pid:
@@ -1032,11 +1028,17 @@ class Capture:
             return
         tensors = [t for t in _tensors_out(output) if t.requires_grad]
         if tensors:
-            self._grad_hooks.append(
-                self._torch.autograd.graph.register_multi_grad_hook(
-                    tensors, lambda _g, n=name: self._enter_backward(n)
-                )
-            )
+            self._grad_hooks.append(self._when_grads(tensors, self._enter_backward, name))
+
+    def _when_grads(self, tensors: list[Any], fn: Callable[[str], None], name: str) -> Any:
+        """Call fn(name) once the gradients of all `tensors` are computed; a removable handle.
+
+        One tensor (most modules): its own gradient hook, which is what
+        register_multi_grad_hook installs too, without that function's bookkeeping.
+        """
+        if len(tensors) == 1:
+            return tensors[0].register_hook(lambda _g: fn(name))
+        return self._torch.autograd.graph.register_multi_grad_hook(tensors, lambda _g: fn(name))
 
     def _enter_backward(self, name: str) -> None:
         self._backward_active.append(name)
