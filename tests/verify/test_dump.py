@@ -343,3 +343,17 @@ def test_a_closure_optimizer_still_records_its_forward_and_backward(tmp_path):
         optimizer.step(closure)
     recs = [r for r in records(tmp_path / "d") if r["k"] == "op"]
     assert any(r["phase"] == "backward" and r["module"] == "Sequential.0" for r in recs)
+
+
+def test_gradient_hooks_only_when_backward_is_recorded(tmp_path):
+    model = _net()
+    x = torch.randn(5, 4, requires_grad=True)
+    with capture(tmp_path / "fwd", phases=["forward"], step_on="manual") as cap:
+        model(x).sum().backward()
+        assert cap._grad_hooks == []
+    with capture(tmp_path / "all", step_on="manual") as cap:
+        model(x).sum().backward()
+        assert len(cap._grad_hooks) == 2 * 4  # every module: its input and its output
+    backward = [r for r in records(tmp_path / "all") if r.get("phase") == "backward"]
+    # Each module's backward ops are attributed to it (one-tensor hooks fire as the multi-hook did).
+    assert {r["module"] for r in backward} >= {"Sequential.0", "Sequential.1", "Sequential.2"}
