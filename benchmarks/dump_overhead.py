@@ -14,7 +14,7 @@ the activations while the step's grows with the matmuls: the ratio falls as the 
 widens. Each tensor is read once, in place, by accelport's compiled statistics kernel
 (src/accelport/verify/_stats.c: all eight statistics in one pass, float32 lane sums into
 float64); run with ACCELPORT_DUMP_NATIVE=0 to time the numpy fallback instead. The rest
-of the cost is Python per dispatched op (about 1300 per step here) and the manifest. Prints one JSON object with the figures per width; the target is statistics mode
+of the cost is Python per dispatched op (about 650 per step here: AdamW's own ops bypass the capture) and the manifest. Prints one JSON object with the figures per width; the target is statistics mode
 at most 1.3x plain.
 
     python benchmarks/dump_overhead.py [--rounds 12] [--d-model 256,512] [--layers 4]

@@ -254,3 +254,106 @@ def test_permuted_and_expanded_tensors_get_the_statistics_of_their_elements(tmp_
             np.sqrt((v**2).sum())
         )
     assert y.shape == (4, 2, 3) and z.shape == (3, 4)
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1))
+
+
+def test_optimizer_ops_skip_the_dispatch_mode_and_it_comes_back_after_the_step(tmp_path):
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    model = _net()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    x = torch.randn(5, 4)
+    seen: list[tuple[str, bool]] = []
+    with capture(tmp_path / "d") as cap:
+        on_op = cap._on_op
+
+        def counting(func, args, kwargs):
+            seen.append((str(func), cap._in_optimizer > 0))
+            return on_op(func, args, kwargs)
+
+        cap._on_op = counting
+        for _ in range(2):
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            assert _get_current_dispatch_mode() is cap._mode
+    numeric_in_step = [op for op, inside in seen if inside and not op.startswith("profiler.")]
+    assert numeric_in_step == []  # AdamW's own ops never reached the capture
+    recs = records(tmp_path / "d")
+    for step in (0, 1):  # both steps recorded in full: forward and backward
+        assert {r["phase"] for r in recs if r.get("step") == step and r["k"] == "op"} == {
+            "forward",
+            "backward",
+        }
+
+
+def test_a_raising_optimizer_step_does_not_stop_recording(tmp_path):
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    class Failing(torch.optim.SGD):
+        def step(self, closure=None):
+            with torch.no_grad():
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        p.mul_(1.0)  # an op inside the step, while the mode is off
+            raise RuntimeError("planted")
+
+    model = _net()
+    optimizer = Failing(model.parameters(), lr=0.1)
+    x = torch.randn(5, 4)
+    with capture(tmp_path / "d", step_on="manual") as cap:
+        model(x).pow(2).mean().backward()
+        with pytest.raises(RuntimeError, match="planted"):
+            optimizer.step()
+        cap.step()
+        assert _get_current_dispatch_mode() is cap._mode  # put back by step()
+        model(x).pow(2).mean().backward()
+        with pytest.raises(RuntimeError, match="planted"):
+            optimizer.step()
+        # No step() this time: the next forward puts the mode back, ops outside modules too.
+        y = model(x)
+        (y * 2.0).sum().backward()
+    recs = [r for r in records(tmp_path / "d") if r["k"] == "op"]
+    first = {(r["phase"], r["module"], r["op"]) for r in recs if r["step"] == 0}
+    second = {(r["phase"], r["module"], r["op"]) for r in recs if r["step"] == 1}
+    assert ("forward", "Sequential.0", "aten.addmm.default") in first
+    # Recorded after each raising step, in the right phase (not "optimizer").
+    assert sum(1 for r in recs if r["step"] == 1 and r["op"] == "aten.addmm.default") == 4
+    assert ("forward", "", "aten.mul.Tensor") in second
+    assert any(p == "backward" for p, _, _ in second)
+    assert not any(r["phase"] == "optimizer" for r in recs)
+
+
+def test_a_closure_optimizer_still_records_its_forward_and_backward(tmp_path):
+    model = _net()
+    optimizer = torch.optim.LBFGS(model.parameters(), max_iter=2)
+    x = torch.randn(5, 4)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        return loss
+
+    with capture(tmp_path / "d"):
+        optimizer.step(closure)
+    recs = [r for r in records(tmp_path / "d") if r["k"] == "op"]
+    assert any(r["phase"] == "backward" and r["module"] == "Sequential.0" for r in recs)
+
+
+def test_gradient_hooks_only_when_backward_is_recorded(tmp_path):
+    model = _net()
+    x = torch.randn(5, 4, requires_grad=True)
+    with capture(tmp_path / "fwd", phases=["forward"], step_on="manual") as cap:
+        model(x).sum().backward()
+        assert cap._grad_hooks == []
+    with capture(tmp_path / "all", step_on="manual") as cap:
+        model(x).sum().backward()
+        assert len(cap._grad_hooks) == 2 * 4  # every module: its input and its output
+    backward = [r for r in records(tmp_path / "all") if r.get("phase") == "backward"]
+    # Each module's backward ops are attributed to it (one-tensor hooks fire as the multi-hook did).
+    assert {r["module"] for r in backward} >= {"Sequential.0", "Sequential.1", "Sequential.2"}

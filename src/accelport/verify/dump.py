@@ -63,6 +63,8 @@ _HOST_CHUNK = 1 << 16  # elements per statistics sweep on the CPU: 256 KiB of fl
 _SPLIT = 8 * _HOST_CHUNK  # tensors this large are swept by two threads
 _DTYPE_NAMES: dict[Any, str] = {}  # torch.float32 -> "float32"
 _SWEEP_START = (math.inf, -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # min, max, sums, counts
+_SWEEP_ARRAY = _C_DOUBLE * 9
+_SWEEP_START_BYTES = bytes(_SWEEP_ARRAY(*_SWEEP_START))  # copied into a new array per tensor: fast
 
 
 def _parse_steps(steps: str | tuple[int, int] | range | None) -> tuple[int, int | None]:
@@ -160,10 +162,10 @@ class _Stats:
         if n == 0:
             return [math.nan, math.nan, math.nan, 0.0, math.nan, 0.0, 0.0, 0.0]
         assert self.native is not None
-        out = (_C_DOUBLE * 9)(*_SWEEP_START)
+        out = _SWEEP_ARRAY.from_buffer_copy(_SWEEP_START_BYTES)
         if t.is_contiguous():
             self.native.sweep(t.data_ptr(), n, kind, out)
-            return _combine([tuple(out)])
+            return _combine([out[:]])
         # Element order does not matter: sort the dimensions by stride, merge the ones that
         # follow each other in memory; a layout that fills its memory becomes one run.
         dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape, strict=True) if sz != 1)
@@ -182,7 +184,7 @@ class _Stats:
             sizes = [size for _, size in merged]
             strides = [stride for stride, _ in merged]
             self.native.sweep_strided(t.data_ptr(), sizes, strides, kind, out)
-        return _combine([tuple(out)])
+        return _combine([out[:]])
 
     def _host(self, values: Any) -> list[float]:
         """One sweep of a 1-D array over cache-sized chunks (compiled kernel, else numpy).
@@ -471,11 +473,17 @@ class Capture:
         self._backward_active: list[str] = []
         self._call_sites: dict[str, str] = {}  # module path -> line that called it
         self._in_optimizer = 0
+        # Frames of the optimizer steps running now (their hook wrappers), innermost last: a
+        # step that raised never runs its post-hook, and its frame is then off the stack.
+        self._optimizer_frames: list[Any] = []
+        self._mode_off = False  # dispatch mode taken off the stack while an optimizer step runs
         self._grad_hooks: list[Any] = []
         self._handles: list[Any] = []
         self._mode: Any = None
         self._frame_cache: dict[Any, bool] = {}
-        self._op_names: dict[Any, str] = {}
+        self._op_names: dict[int, str] = {}  # id(func) -> op name; "" for _NOT_NUMERIC ops
+        self._filtered = bool(self.module_filters or self.op_filters)
+        self._backward = "backward" in self.phases
         self._op_kinds: dict[str, tuple[bool, bool, bool, bool]] = {}  # what _record_op does per op
         self._stats: _Stats | None = None
         self._library_roots: tuple[str, ...] = ()
@@ -535,7 +543,10 @@ class Capture:
         if self._closed:
             return
         self._closed = True
-        if self._mode is not None:
+        # A mode taken off for an optimizer step that raised is simply not put back.
+        self._optimizer_frames = []
+        self._in_optimizer = 0
+        if self._mode is not None and not self._mode_off:
             try:
                 self._mode.__exit__(None, None, None)
             except (
@@ -571,6 +582,8 @@ class Capture:
         """End the current step: flush its records and start numbering the next one."""
         if os.getpid() != self._pid:
             return
+        if self._optimizer_frames:
+            self._settle_optimizer()
         if self._opened:
             self._flush()
             if self._store is not None:
@@ -803,6 +816,10 @@ class Capture:
             out["src"] = entry.src
         if entry.uninitialised:
             out["uninitialised"] = True
+        if not (save or crc or self.checksums):
+            if entry.data:
+                out.update(entry.data)
+            return out
         info = entry.data if entry.data is not None else {}
         need_crc = (self.checksums or crc) and "crc32" not in info
         need_file = save and self._store is not None and "file" not in info
@@ -826,11 +843,17 @@ class Capture:
         if self._busy or not self._active():
             return func(*args, **kwargs)
         phase = self._phase()
-        op = self._op_names.get(func)
+        if phase not in self.phases:
+            return func(*args, **kwargs)
+        # Keyed by id: OpOverload.__hash__ is Python code (op objects live for the process).
+        op = self._op_names.get(id(func))
         if op is None:
-            op = self._op_names[func] = str(func)
+            op = str(func)
+            op = self._op_names[id(func)] = "" if op.startswith(_NOT_NUMERIC) else op
+        if not op:  # not numeric
+            return func(*args, **kwargs)
         module = self._module(phase)
-        if phase not in self.phases or op.startswith(_NOT_NUMERIC) or not self._wanted(module, op):
+        if self._filtered and not self._wanted(module, op):
             return func(*args, **kwargs)
         self._busy = True
         try:
@@ -886,8 +909,14 @@ class Capture:
                 desc = describe(entry, t, save, step, f"{seq}.out.{i}" if save else "")
             out_desc.append(desc)
         line = self._user_line() if phase != "backward" else self._call_sites.get(module)
-        record = self._identity("op", seq, step, phase, op, module, line)
-        record.update({"args": _describe_args(args, kwargs), "in": in_desc, "out": out_desc})
+        key = (phase, module, op)
+        call = self._calls.get(key, 0)
+        self._calls[key] = call + 1
+        record = {
+            "k": "op", "seq": seq, "step": step, "phase": phase, "op": op, "module": module,
+            "call": call, "line": line, "args": _describe_args(args, kwargs), "in": in_desc,
+            "out": out_desc,
+        }  # fmt: skip
         if phase == "backward":
             node = self._torch._C._current_autograd_node()
             if node is not None:
@@ -951,6 +980,12 @@ class Capture:
         return name
 
     def _on_module_enter(self, mod: Any, args: tuple) -> None:
+        if self._optimizer_frames:
+            self._settle_optimizer()
+            if self._mode_off:
+                # A module running inside optimizer.step (not through a closure): record
+                # as without the shortcut.
+                self._resume_mode()
         if self._busy or not self._active():
             return
         self._busy = True
@@ -979,28 +1014,31 @@ class Capture:
             if is_root:
                 for index, tensor in enumerate(_tensors_in(args, {})):
                     self._leaf_record("input", name, str(index), tensor, "forward")
-        if self._torch.is_grad_enabled():
+        # Gradient hooks only attribute backward ops to modules: none when they are not recorded.
+        if self._backward and self._torch.is_grad_enabled():
             tensors = [t for t in _tensors_in(args, {}) if t.requires_grad]
             if tensors:
-                self._grad_hooks.append(
-                    self._torch.autograd.graph.register_multi_grad_hook(
-                        tensors, lambda _g, n=name: self._leave_backward(n)
-                    )
-                )
+                self._grad_hooks.append(self._when_grads(tensors, self._leave_backward, name))
 
     def _on_module_exit(self, mod: Any, args: tuple, output: Any) -> None:
         if self._busy or not self._forward_stack or os.getpid() != self._pid:
             return
         name = self._forward_stack.pop()
-        if not self._active() or not self._torch.is_grad_enabled():
+        if not self._backward or not self._active() or not self._torch.is_grad_enabled():
             return
         tensors = [t for t in _tensors_out(output) if t.requires_grad]
         if tensors:
-            self._grad_hooks.append(
-                self._torch.autograd.graph.register_multi_grad_hook(
-                    tensors, lambda _g, n=name: self._enter_backward(n)
-                )
-            )
+            self._grad_hooks.append(self._when_grads(tensors, self._enter_backward, name))
+
+    def _when_grads(self, tensors: list[Any], fn: Callable[[str], None], name: str) -> Any:
+        """Call fn(name) once the gradients of all `tensors` are computed; a removable handle.
+
+        One tensor (most modules): its own gradient hook, which is what
+        register_multi_grad_hook installs too, without that function's bookkeeping.
+        """
+        if len(tensors) == 1:
+            return tensors[0].register_hook(lambda _g: fn(name))
+        return self._torch.autograd.graph.register_multi_grad_hook(tensors, lambda _g: fn(name))
 
     def _enter_backward(self, name: str) -> None:
         self._backward_active.append(name)
@@ -1030,14 +1068,59 @@ class Capture:
         )
 
     def _on_optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._in_optimizer += 1
-        if self._busy or not self._active() or "optimizer" not in self.phases:
+        if self._optimizer_frames:
+            self._settle_optimizer()
+        self._optimizer_frames.append(sys._getframe(1))  # the wrapper that runs the step
+        self._in_optimizer = len(self._optimizer_frames)
+        if self._busy or not self._active():
+            return
+        if "optimizer" not in self.phases:
+            # None of the step's own ops will be recorded: take the dispatch mode off the
+            # stack while it runs, so they do not each pay a Python round trip. Not with a
+            # closure (LBFGS): it runs forward and backward, whose ops are recorded.
+            closure = any(callable(v) for v in args[1:]) or any(
+                callable(v) for v in kwargs.values()
+            )
+            if self._in_optimizer == 1 and not closure:
+                self._suspend_mode()
             return
         self._busy = True
         try:
             self._record_grads(optimizer)
         finally:
             self._busy = False
+
+    def _settle_optimizer(self) -> None:
+        """Forget optimizer steps that are over (one that raised never ran its post-hook).
+
+        Puts the dispatch mode back once no step is running.
+        """
+        frames = self._optimizer_frames
+        if frames:
+            live = set()
+            frame = sys._getframe(1)
+            while frame is not None:
+                live.add(id(frame))
+                frame = frame.f_back
+            while frames and id(frames[-1]) not in live:
+                frames.pop()
+        self._in_optimizer = len(frames)
+        if not frames and self._mode_off:
+            self._resume_mode()
+
+    def _suspend_mode(self) -> None:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        # Only when it is on top: another mode pushed above it stays where it is.
+        if self._mode is not None and _get_current_dispatch_mode() is self._mode:
+            self._mode.__exit__(None, None, None)
+            self._mode_off = True
+
+    def _resume_mode(self) -> None:
+        if self._mode_off:
+            self._mode_off = False
+            if not self._closed:
+                self._mode.__enter__()
 
     def _record_grads(self, optimizer: Any) -> None:
         for group in optimizer.param_groups:
@@ -1048,7 +1131,9 @@ class Capture:
                 self._leaf_record("grad", module, name, param.grad, "optimizer")
 
     def _on_optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._in_optimizer = max(0, self._in_optimizer - 1)
+        if self._optimizer_frames:
+            self._optimizer_frames.pop()
+            self._settle_optimizer()
         if self.step_on == "optimizer" and os.getpid() == self._pid:
             self.step()
 
@@ -1113,15 +1198,25 @@ def _dense_view(x: Any) -> Any:
 
 
 def _tensors_in(args: tuple, kwargs: dict) -> list[Any]:
-    import torch
-
+    tensor = _tensor_type()
     found: list[Any] = []
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.Tensor):
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(value, tensor):
             found.append(value)
         elif isinstance(value, list | tuple):
-            found.extend(v for v in value if isinstance(v, torch.Tensor))
+            found.extend(v for v in value if isinstance(v, tensor))
     return found
+
+
+_TENSOR: list[type] = []
+
+
+def _tensor_type() -> type:
+    if not _TENSOR:
+        import torch
+
+        _TENSOR.append(torch.Tensor)
+    return _TENSOR[0]
 
 
 def _tensors_out(result: Any) -> list[Any]:
@@ -1142,13 +1237,13 @@ def _tensors_out(result: Any) -> list[Any]:
 
 def _describe_args(args: tuple, kwargs: dict) -> dict[str, Any]:
     """Non-tensor arguments as JSON (tensors become {"t": index}), enough to replay the op."""
-    import torch
-
+    tensor = _tensor_type()
     counter = [0]
-    positional = [_arg_json(v, counter, torch.Tensor) for v in args]
+    plain = _PLAIN_ARGS
+    positional = [v if type(v) in plain else _arg_json(v, counter, tensor) for v in args]
     if not kwargs:
         return {"a": positional}
-    named = {k: _arg_json(v, counter, torch.Tensor) for k, v in kwargs.items()}
+    named = {k: v if type(v) in plain else _arg_json(v, counter, tensor) for k, v in kwargs.items()}
     return {"a": positional, "kw": named}
 
 
@@ -1169,7 +1264,8 @@ def _arg_json(value: Any, counter: list[int], tensor_type: type) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else {"float": repr(value)}
     if isinstance(value, list | tuple):
-        return [_arg_json(v, counter, tensor_type) for v in value]
+        plain = _PLAIN_ARGS
+        return [v if type(v) in plain else _arg_json(v, counter, tensor_type) for v in value]
     text = str(value)
     if text.startswith("torch."):
         return {"torch": text[len("torch.") :]}
