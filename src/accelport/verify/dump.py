@@ -681,6 +681,13 @@ class Capture:
             return
         assert self._stats is not None
         resolved = self._stats.resolve()
+        if resolved:
+            # Tensors measured in this batch may be used again after the flush (as inputs,
+            # or through views): their cached entries must carry the numbers, not an index
+            # into a batch that is about to be emptied.
+            for _ref, _version, entry in self._cache.values():
+                if isinstance(entry.stats, int):
+                    entry.stats = resolved[entry.stats]
         clean, isfinite = dumpfile.clean_float, math.isfinite
         for record in self._records:
             for key in ("in", "out"):
