@@ -64,6 +64,14 @@ static inline double one_bf16(const uint16_t *x) {
         }                                                                                      \
     }                                                                                          \
                                                                                                \
+    /* Lane sums that overflowed (float32 near its maximum): the block's sums in float64. */  \
+    static inline void NAME##_resum(const T *x, int64_t n, double *ss, double *qq, double *aa) { \
+        if (!(RESUM && (isinf(*ss) || isinf(*qq) || isinf(*aa)))) return;                     \
+        double w[9] = {0};                                                                     \
+        NAME##_scalar(x, n, w, 1);                                                             \
+        *ss = w[2]; *qq = w[3]; *aa = w[4];                                                    \
+    }                                                                                          \
+                                                                                               \
     /* A block of finite values: 1 and its statistics added, or 0 and nothing changed. */     \
     static int NAME##_finite(const T *x, int64_t n, double *o) {                               \
         const VF big = (VF){} + BIG;                                                           \
@@ -87,11 +95,7 @@ static inline double one_bf16(const uint16_t *x) {
             if (hi[j] > h) h = hi[j];                                                          \
             ss += s[j]; qq += q[j]; aa += a[j]; z -= zeros[j];                                 \
         }                                                                                      \
-        if (RESUM && (isinf(ss) || isinf(qq) || isinf(aa))) {                                  \
-            double w[9] = {0};                                                                 \
-            NAME##_scalar(x, n, w, 1);                                                         \
-            ss = w[2]; qq = w[3]; aa = w[4];                                                   \
-        }                                                                                      \
+        NAME##_resum(x, n, &ss, &qq, &aa);                                                     \
         o[0] = l; o[1] = h; o[2] += ss; o[3] += qq; o[4] += aa; o[7] += z; o[8] += n;          \
         return 1;                                                                              \
     }                                                                                          \
@@ -121,11 +125,7 @@ static inline double one_bf16(const uint16_t *x) {
             o[5] -= nans[j]; o[6] -= infs[j]; o[7] -= zeros[j];                                \
             bad -= nans[j] + infs[j];                                                          \
         }                                                                                      \
-        if (RESUM && (isinf(ss) || isinf(qq) || isinf(aa))) {                                  \
-            double w[9] = {0};                                                                 \
-            NAME##_scalar(x, n, w, 1);                                                         \
-            ss = w[2]; qq = w[3]; aa = w[4];                                                   \
-        }                                                                                      \
+        NAME##_resum(x, n, &ss, &qq, &aa);                                                     \
         o[2] += ss; o[3] += qq; o[4] += aa; o[8] += n - bad;                                   \
     }                                                                                          \
                                                                                                \
