@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import fnmatch
+import functools
 import logging
 import math
 import os
@@ -384,19 +385,16 @@ class _Stats:
 
 def _combine(parts: list[tuple]) -> list[float]:
     """The STAT_FIELDS of a tensor from the sweeps of its pieces."""
-    if len(parts) == 1:
+    if len(parts) == 1:  # the common case, without a generator per field
         lo, hi, total, square, absolute, nan, inf, zero, finite = parts[0]
-        if finite == 0:
-            return [math.nan, math.nan, math.nan, math.nan, math.nan, float(nan), float(inf), 0.0]
-        return [lo, hi, total / finite, math.sqrt(square), absolute / finite,
-                float(nan), float(inf), float(zero)]  # fmt: skip
-    lo = min(p[0] for p in parts)
-    hi = max(p[1] for p in parts)
-    total, square, absolute = (sum(p[i] for p in parts) for i in (2, 3, 4))
-    nan, inf, zero, finite = (float(sum(p[i] for p in parts)) for i in (5, 6, 7, 8))
+    else:
+        lo = min(p[0] for p in parts)
+        hi = max(p[1] for p in parts)
+        total, square, absolute = (sum(p[i] for p in parts) for i in (2, 3, 4))
+        nan, inf, zero, finite = (sum(p[i] for p in parts) for i in (5, 6, 7, 8))
     if finite == 0:
-        return [math.nan, math.nan, math.nan, math.nan, math.nan, nan, inf, 0.0]
-    return [lo, hi, total / finite, math.sqrt(square), absolute / finite, nan, inf, zero]
+        return [math.nan, math.nan, math.nan, math.nan, math.nan, float(nan), float(inf), 0.0]
+    return [lo, hi, total / finite, math.sqrt(square), absolute / finite, float(nan), float(inf), float(zero)]
 
 
 class _Entry:
@@ -916,14 +914,10 @@ class Capture:
                 desc = describe(entry, t, save, step, f"{seq}.out.{i}" if save else "")
             out_desc.append(desc)
         line = self._user_line() if phase != "backward" else self._call_sites.get(module)
-        key = (phase, module, op)
-        call = self._calls.get(key, 0)
-        self._calls[key] = call + 1
-        record = {
-            "k": "op", "seq": seq, "step": step, "phase": phase, "op": op, "module": module,
-            "call": call, "line": line, "args": _describe_args(args, kwargs), "in": in_desc,
-            "out": out_desc,
-        }  # fmt: skip
+        record = self._identity("op", seq, step, phase, op, module, line)
+        record["args"] = _describe_args(args, kwargs)
+        record["in"] = in_desc
+        record["out"] = out_desc
         if phase == "backward":
             node = self._torch._C._current_autograd_node()
             if node is not None:
@@ -1215,15 +1209,11 @@ def _tensors_in(args: tuple, kwargs: dict) -> list[Any]:
     return found
 
 
-_TENSOR: list[type] = []
-
-
+@functools.cache
 def _tensor_type() -> type:
-    if not _TENSOR:
-        import torch
+    import torch  # not at module level: the module loads without torch
 
-        _TENSOR.append(torch.Tensor)
-    return _TENSOR[0]
+    return torch.Tensor
 
 
 def _tensors_out(result: Any) -> list[Any]:
@@ -1258,14 +1248,10 @@ _PLAIN_ARGS = (type(None), bool, int, str)
 
 
 def _arg_json(value: Any, counter: list[int], tensor_type: type) -> Any:
-    kind = type(value)
-    if kind in _PLAIN_ARGS:
-        return value
+    """A non-plain argument as JSON (callers pass plain None/bool/int/str through themselves)."""
     if isinstance(value, tensor_type):
         counter[0] += 1
         return {"t": counter[0] - 1}
-    if kind is float:
-        return value if math.isfinite(value) else {"float": repr(value)}
     if isinstance(value, bool | int | str):  # subclasses (IntEnum...)
         return value
     if isinstance(value, float):
