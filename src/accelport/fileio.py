@@ -1,4 +1,4 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+"""Atomic file writes (a reader sees the old file or the new one, never half of one), and the user cache folder."""
 
 from __future__ import annotations
 
@@ -43,3 +43,11 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     with atomic_open(path, "wb", encoding=None) as handle:
         handle.write(data)
+
+
+def user_cache_dir(name: str) -> Path | None:
+    """accelport's cache folder for `name` ($XDG_CACHE_HOME or ~/.cache), or None when ACCELPORT_NO_CACHE is set."""
+    if os.environ.get("ACCELPORT_NO_CACHE"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "accelport" / name

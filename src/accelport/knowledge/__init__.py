@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport.errors import UserError
+from accelport.fileio import user_cache_dir
 from accelport.findings import Category, Effort, Route, Rule
 
 ENV_VAR = "ACCELPORT_KNOWLEDGE"
@@ -75,15 +76,8 @@ def _tomllib() -> Any:
     return tomllib
 
 
-def _cache_dir() -> Path | None:
-    if os.environ.get("ACCELPORT_NO_CACHE"):
-        return None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "accelport" / "knowledge"
-
-
 def _cached_parse(raw: bytes, name: str) -> dict[str, Any]:
-    folder = _cache_dir()
+    folder = user_cache_dir("knowledge")
     # Keyed by length and CRC-32 of the text: hashlib (OpenSSL) costs more to import than this whole lookup.
     path = folder / f"{len(raw):x}-{zlib.crc32(raw):08x}.pickle" if folder else None
     if path is not None:

@@ -28,6 +28,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from accelport.fileio import user_cache_dir
+
 log = logging.getLogger(__name__)
 
 ENV_VAR = "ACCELPORT_DUMP_NATIVE"
@@ -148,13 +150,6 @@ def _cpu_id() -> str:
     return platform.processor()
 
 
-def _cache_dir() -> Path | None:
-    if os.environ.get("ACCELPORT_NO_CACHE"):
-        return None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "accelport" / "native"
-
-
 def _openmp_runtime() -> str | None:
     """The OpenMP runtime torch loaded (its own libgomp, or an Intel/LLVM one), as a file path."""
     try:
@@ -188,7 +183,7 @@ def _load() -> Kernels:
             ]
         )
     ).hexdigest()[:16]
-    folder = _cache_dir()
+    folder = user_cache_dir("native")
     scratch = None
     if folder is not None:
         try:
@@ -269,7 +264,7 @@ def _self_check(kernels: Kernels) -> None:
         kernels.sweep(ctypes.addressof(data), len(values), dtype, out)
         if list(out) != want:
             raise RuntimeError(f"self-check failed for {dtype}: {list(out)} != {want}")
-        parallel = getattr(kernels, "parallel_by_dtype", {}).get(dtype)
+        parallel = kernels.parallel_by_dtype.get(dtype)
         if parallel is not None:
             out = (ctypes.c_double * 9)(math.inf, -math.inf, 0, 0, 0, 0, 0, 0, 0)
             parallel(ctypes.addressof(data), len(values), out, 2)
