@@ -8,7 +8,6 @@ import logging
 import os
 import queue
 import re
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +24,7 @@ log = logging.getLogger(__name__)
 # Files smaller than this in total are scanned in-process: starting workers costs more.
 PARALLEL_MIN_BYTES = 2 * 1024 * 1024
 _PYTHON_MODULE = "accelport.inventory.python"
+_CXX_MODULE = "accelport.inventory.cxx"
 _CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 
 
@@ -215,6 +215,12 @@ def run_scanners(
         results.close()
 
 
+def _load_catalogue() -> None:
+    from accelport.inventory.cuda_api import catalogue  # C/C++, build files and binaries only
+
+    catalogue()
+
+
 def retarget(findings: list[Finding], target: str) -> list[Finding]:
     """With --target, a finding that works unchanged on that vendor needs no effort there."""
     from dataclasses import replace
@@ -248,18 +254,15 @@ def scan(
     knowledge.torch_api()
     knowledge.packages()
     if any("cuda_api" in data for _, data in knowledge._user_data()):
-        from accelport.inventory.cuda_api import catalogue
-
-        catalogue()  # site [[cuda_api]] entries, checked even when the tree holds no C/C++
+        _load_catalogue()  # site [[cuda_api]] entries, checked even when the tree holds no C/C++
     found = discover(paths, excludes=excludes, respect_gitignore=respect_gitignore, max_file_size=max_file_size)
     # Import the scanners this tree needs (and, for C/C++, build files and binaries, the
     # CUDA API catalogue) once, here, so that forked workers inherit them.
     used = {candidate.scanner for candidate in found.files}
     load_scanners(used)
-    if any(all_scanners()[index].module != _PYTHON_MODULE for index in used):
-        from accelport.inventory.cuda_api import catalogue
-
-        catalogue()
+    modules = {all_scanners()[index].module for index in used}
+    if modules - {_PYTHON_MODULE}:
+        _load_catalogue()
     if on_discovered:
         on_discovered(len(found.files))
     jobs = jobs or os.cpu_count() or 1
@@ -276,7 +279,7 @@ def scan(
         findings.extend(result.findings)
         skipped.extend(SkippedFile(f"{result.display}!{part}", reason) for part, reason in result.skipped_parts)
     findings = sorted_findings(findings)
-    if "accelport.inventory.cxx" in sys.modules:  # kernels and launches exist only where C/C++ was scanned
+    if _CXX_MODULE in modules:  # kernels and launches exist only where C/C++ was scanned
         from accelport.inventory.cxx import link_kernel_launches
 
         findings = link_kernel_launches(findings)

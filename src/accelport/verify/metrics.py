@@ -266,8 +266,7 @@ class TensorFiles:
             )
         except OSError:  # a file system that cannot map files: read instead
             raw = bytearray(nbytes)
-            got = os.preadv(fd, [raw], offset)
-            self._count(got)
+            got = self.read_into(entry, first * item, memoryview(raw))
             return np.frombuffer(raw, dtype=storage) if got == nbytes else None
         self._count(nbytes)
         return np.frombuffer(region, dtype=storage, count=last - first, offset=offset - base)
