@@ -69,9 +69,9 @@ def _pyproject_excludes(root: Path) -> list[str]:
     pyproject = root / "pyproject.toml"
     if not pyproject.is_file():
         return []
-    from accelport.knowledge import _tomllib  # only when the root has a pyproject.toml
+    from accelport.knowledge import toml_parser  # only when the root has a pyproject.toml
 
-    tomllib = _tomllib()
+    tomllib = toml_parser()
     try:
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -67,7 +67,7 @@ def read_toml(name: str) -> dict[str, Any]:
     return _cached_parse(raw, name)
 
 
-def _tomllib() -> Any:
+def toml_parser() -> Any:
     """The TOML parser, imported only when a file is not in the parse cache (or a user file is read)."""
     try:
         import tomllib
@@ -86,7 +86,7 @@ def _cached_parse(raw: bytes, name: str) -> dict[str, Any]:
                 return pickle.load(handle)
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
             pass
-    data = _tomllib().loads(raw.decode("utf-8"))
+    data = toml_parser().loads(raw.decode("utf-8"))
     if path is not None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -119,8 +119,8 @@ def _user_data() -> tuple[tuple[Path, dict[str, Any]], ...]:
         except OSError as exc:
             raise UserError(f"{path}: cannot read knowledge file ({exc.strerror})") from None
         try:
-            loaded.append((path, _tomllib().loads(text)))
-        except _tomllib().TOMLDecodeError as exc:
+            loaded.append((path, toml_parser().loads(text)))
+        except toml_parser().TOMLDecodeError as exc:
             raise UserError(f"{path}: not valid TOML ({exc}); fix the file or drop it from --knowledge") from None
     return tuple(loaded)
 

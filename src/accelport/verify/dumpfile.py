@@ -19,6 +19,7 @@ header by a crash is still readable through the manifest.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -66,20 +67,15 @@ def json_default(value: Any) -> Any:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=json_default)
 
 
-_LINES: list[Any] = []
-
-
-def _lines_encoder() -> Any:
-    """msgspec's JSON-lines encoder where msgspec is installed: a tenth of json's cost per record."""
-    if not _LINES:
-        try:
-            import msgspec
-
-            _LINES.append(msgspec.json.Encoder(enc_hook=json_default).encode_lines)
-            _LINES.append((TypeError, ValueError, msgspec.EncodeError))
-        except ImportError:
-            _LINES.extend([None, ()])
-    return _LINES[0]
+@functools.cache
+def _lines_encoder() -> tuple[Any, tuple[type[Exception], ...]]:
+    """msgspec's JSON-lines encoder and the errors it raises, where msgspec is installed (a
+    tenth of json's cost per record); (None, ()) without it."""
+    try:
+        import msgspec
+    except ImportError:
+        return None, ()
+    return msgspec.json.Encoder(enc_hook=json_default).encode_lines, (TypeError, ValueError, msgspec.EncodeError)
 
 
 def clean_float(value: float) -> float | str:
@@ -126,12 +122,12 @@ class ManifestWriter:
         """Several records in one write (a flush of the capture); their floats must be finite."""
         if not records:
             return
-        encode_lines = _lines_encoder()
+        encode_lines, refused = _lines_encoder()
         text = None
         if encode_lines is not None:
             try:
                 text = encode_lines(records).decode("utf-8")
-            except _LINES[1]:  # something msgspec does not take (a non-str key)
+            except refused:  # something msgspec does not take (a non-str key)
                 text = None
         if text is None:
             encode = _ENCODER.encode
