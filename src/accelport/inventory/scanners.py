@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import re
 from functools import cache
-from typing import Any
 
 from accelport.inventory.base import FileScanner
 
@@ -76,15 +75,6 @@ class DeclaredScanner:
         if self._instance is None:
             self._instance = getattr(importlib.import_module(self.module), self.cls)()
         return self._instance
-
-    @property
-    def loaded(self) -> bool:
-        return self._instance is not None
-
-    def __getattr__(self, name: str) -> Any:  # name, binary, wants, scan ...: the real scanner's
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self.load(), name)
 
     def __repr__(self) -> str:
         return f"<scanner {self.module}.{self.cls}>"
