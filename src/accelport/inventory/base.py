@@ -75,16 +75,6 @@ class FileScanner(ABC):
     prefilter: re.Pattern[bytes] | None = None  # no match: scanned, nothing to report
     binary: bool = False  # reads bytes; skips the text and NUL checks
 
-    @property
-    def _name_res(self) -> list[re.Pattern[str]]:
-        return _compiled(self.filename_patterns)
-
-    def claims(self, filename: str) -> bool:
-        lower = filename.lower()
-        if filename in self.filenames or lower.endswith(self.suffixes):
-            return True
-        return any(p.fullmatch(filename) for p in self._name_res)
-
     def wants(self, data: bytes) -> bool:
         """Cheap check on raw bytes: does this file contain anything worth parsing?"""
         return self.prefilter is None or self.prefilter.search(data) is not None
@@ -92,6 +82,13 @@ class FileScanner(ABC):
     @abstractmethod
     def scan(self, source: SourceFile) -> list[Finding]:
         """Findings for one file; raise ScanSkipped(reason) when the file cannot be understood."""
+
+
+def claims(filename: str, suffixes: tuple[str, ...], filenames: tuple[str, ...], patterns: tuple[str, ...]) -> bool:
+    """Is a file of this name claimed by a scanner with these suffixes, exact names and name regexes?"""
+    if filename in filenames or filename.lower().endswith(suffixes):
+        return True
+    return bool(patterns) and any(p.fullmatch(filename) for p in _compiled(patterns))
 
 
 @cache

@@ -9,10 +9,9 @@ line matches its class.
 from __future__ import annotations
 
 import importlib
-import re
 from functools import cache
 
-from accelport.inventory.base import FileScanner
+from accelport.inventory.base import FileScanner, claims
 
 # (module, class, suffixes, exact file names, file-name regexes), in the order scanners
 # claim files: the first claim wins.
@@ -59,17 +58,10 @@ class DeclaredScanner:
         self.suffixes = suffixes
         self.filenames = filenames
         self.filename_patterns = patterns
-        self._patterns: list[re.Pattern[str]] | None = None
         self._instance: FileScanner | None = None
 
     def claims(self, filename: str) -> bool:
-        if filename in self.filenames or filename.lower().endswith(self.suffixes):
-            return True
-        if not self.filename_patterns:
-            return False
-        if self._patterns is None:
-            self._patterns = [re.compile(p) for p in self.filename_patterns]
-        return any(p.fullmatch(filename) for p in self._patterns)
+        return claims(filename, self.suffixes, self.filenames, self.filename_patterns)
 
     def load(self) -> FileScanner:
         if self._instance is None:
