@@ -1,34 +1,28 @@
 """The one-pass statistics kernel of `accelport dump` (_stats.c), compiled with the system C compiler at first use.
 
 numpy needs five to seven passes over a tensor for its eight statistics; this kernel
-reads each element once. It is built once per machine into the user's cache folder
-(~/.cache/accelport/native, keyed by a hash of the source, compiler, flags and CPU) and
-loaded with ctypes, which releases the GIL during the call. Where torch runs on an
+reads each element once. It is built once per machine by `accelport.native` into the
+user's cache folder (~/.cache/accelport/native, keyed by a hash of the source, compiler,
+flags and CPU) and loaded with ctypes, which releases the GIL during the call. Where torch runs on an
 OpenMP runtime (its bundled libgomp, or libiomp5/libomp), the kernel is linked against
 that same file, and large tensors are split across torch's intra-op threads. Without a C compiler, or if
 building or the self-check fails, `kernels()` returns None and the dump uses numpy:
-same statistics, several times slower. ACCELPORT_DUMP_NATIVE=0 forces the numpy path.
+same statistics, several times slower. ACCELPORT_DUMP_NATIVE=0 (or ACCELPORT_NATIVE=0,
+which turns off every compiled helper) forces the numpy path.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import hashlib
 import logging
 import math
 import os
-import platform
-import shlex
-import shutil
 import struct
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-from accelport.fileio import user_cache_dir
+from accelport import native
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +99,7 @@ class Kernels:
 def kernels() -> Kernels | None:
     """The compiled kernels, building them on the first call; None when they are unavailable."""
     global _loaded, _tried
-    if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "no", "off", "false"):
+    if native.disabled(ENV_VAR):
         return None
     if _tried:
         return _loaded
@@ -127,29 +121,6 @@ def reset() -> None:
         _loaded, _tried = None, False
 
 
-def _compiler() -> list[str] | None:
-    named = os.environ.get("CC")
-    if named:
-        return shlex.split(named)
-    for name in ("cc", "gcc", "clang"):
-        found = shutil.which(name)
-        if found:
-            return [found]
-    return None
-
-
-def _cpu_id() -> str:
-    """What -march=native depends on: the CPU's feature flags where the OS lists them."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith(("flags", "Features")):
-                    return line
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def _openmp_runtime() -> str | None:
     """The OpenMP runtime torch loaded (its own libgomp, or an Intel/LLVM one), as a file path."""
     try:
@@ -167,86 +138,33 @@ def _openmp_runtime() -> str | None:
 def _load() -> Kernels:
     import torch  # noqa: F401 - loads the OpenMP runtime the kernel links against
 
-    compiler = _compiler()
-    if compiler is None:
-        raise RuntimeError("no C compiler (set CC)")
-    source = SOURCE.read_bytes()
     runtime = _openmp_runtime()
-    key = hashlib.sha1(
-        b"\0".join(
-            [
-                source,
-                " ".join(compiler).encode(),
-                platform.machine().encode(),
-                _cpu_id().encode(),
-                repr((_FLAG_SETS, _COMMON, runtime)).encode(),
-            ]
-        )
-    ).hexdigest()[:16]
-    folder = user_cache_dir("native")
-    scratch = None
-    if folder is not None:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            folder = None
-    if folder is None:
-        scratch = tempfile.mkdtemp(prefix="accelport-native-")
-        folder = Path(scratch)
-    path = folder / f"stats-{key}.so"
-    try:
-        if not path.exists():
-            _build(compiler, path, runtime)
-        kernels = Kernels(ctypes.CDLL(str(path)), path)
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)  # a loaded library stays mapped
-    if kernels._lib.ap_stats_version() != _VERSION:
+    lib, path = native.load_library("stats", SOURCE, _attempts(runtime), key=(native.cpu_id(), str(runtime)))
+    kernels = Kernels(lib, path)
+    if lib.ap_stats_version() != _VERSION:
         raise RuntimeError(f"{path}: unexpected kernel version")
     _self_check(kernels)
     return kernels
 
 
-def _build(compiler: list[str], path: Path, runtime: str | None) -> None:
-    """Compile _stats.c: with OpenMP linked against torch's own runtime where it can, else serial.
+def _attempts(runtime: str | None) -> list[list[list[str]]]:
+    """Build commands, best first: with OpenMP linked against torch's own runtime where it can, else serial.
 
     The OpenMP build compiles and links in two steps so that the library needs only the
     runtime already in the process (linking with -fopenmp would add the system's libgomp,
     a second thread pool fighting torch's for the same cores).
     """
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    obj = path.with_name(f"{path.name}.{os.getpid()}.o")
-    errors: list[str] = []
-    attempts = [(flags, runtime) for flags in _FLAG_SETS] if runtime else []
-    attempts += [(flags, None) for flags in _FLAG_SETS]
-    try:
-        for flags, omp in attempts:
-            if omp:
-                steps = [
-                    [*compiler, *flags, "-fopenmp", "-fPIC", "-Wno-psabi", "-c", "-o", str(obj), str(SOURCE)],
-                    [*compiler, "-shared", "-o", str(tmp), str(obj), omp],
-                ]  # fmt: skip
-            else:
-                steps = [[*compiler, *flags, *_COMMON, "-o", str(tmp), str(SOURCE)]]
-            if all(_run(step, compiler[0], errors) for step in steps):
-                os.replace(tmp, path)
-                log.debug("dump: built %s with %s (OpenMP: %s)", path, " ".join(flags), omp)
-                return
-    finally:
-        for leftover in (tmp, obj):
-            with contextlib.suppress(OSError):
-                leftover.unlink()
-    raise RuntimeError(f"{compiler[0]} could not build {SOURCE.name}: {errors[-1]}")
-
-
-def _run(command: list[str], name: str, errors: list[str]) -> bool:
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"{name}: {exc}") from None
-    if done.returncode != 0:
-        errors.append((done.stderr.strip().splitlines() or ["failed"])[-1])
-    return done.returncode == 0
+    attempts = []
+    if runtime:
+        for flags in _FLAG_SETS:
+            attempts.append(
+                [
+                    [*flags, "-fopenmp", "-fPIC", "-Wno-psabi", "-c", "-o", "{obj}", "{src}"],
+                    ["-shared", "-o", "{out}", "{obj}", runtime],
+                ]
+            )
+    attempts += [[[*flags, *_COMMON, "-o", "{out}", "{src}"]] for flags in _FLAG_SETS]
+    return attempts
 
 
 def _self_check(kernels: Kernels) -> None:

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterator
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _CONTINUATION = frozenset((b"else", b"elif", b"except", b"finally"))
 _DEFINITION = frozenset((b"def", b"async", b"class"))
-# The first word of a line at column 0 (a decorator keeps its dotted name: `@torch.no_grad`).
-_COLUMN_ZERO = re.compile(rb"^[A-Za-z_@][\w.]*", re.MULTILINE)
+# The first word of a line at column 0 (a decorator keeps its dotted name: `@torch.no_grad`),
+# after its line break: a pattern that starts with a literal lets the regex engine jump
+# from one line break to the next, where `^` with re.MULTILINE tries every position.
+_COLUMN_ZERO = re.compile(rb"\n([A-Za-z_@][\w.]*)")
+_FIRST_WORD = re.compile(rb"[A-Za-z_@][\w.]*")
 
 
 def split_lines(text: str) -> list[str]:
@@ -110,15 +114,13 @@ def statement_starts(data: bytes, edges: list[int] | LazyEdges | None = None) ->
     position = 0
     bisect_right = bisect.bisect_right
     count = data.count
-    for match in _COLUMN_ZERO.finditer(data):
-        start = match.start()
+    for start, word in _column_zero_words(data):
         line_number += count(b"\n", position, start)
         position = start
         if edges and bisect_right(edges, start) % 2:
             continue  # inside a triple-quoted string
         if start and data[max(0, start - 3) : start - 1].rstrip(b"\r").endswith(b"\\"):
             continue  # the previous line ends with a backslash continuation
-        word = match.group()
         if word in _CONTINUATION:
             continue
         decorator = word[:1] == b"@"
@@ -128,6 +130,15 @@ def statement_starts(data: bytes, edges: list[int] | LazyEdges | None = None) ->
         starts.append(line_number)
         decorating = decorator
     return starts
+
+
+def _column_zero_words(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(offset, word) for every line that starts at column 0 with a name or a decorator."""
+    first = _FIRST_WORD.match(data)
+    if first is not None:
+        yield 0, first.group()
+    for match in _COLUMN_ZERO.finditer(data):
+        yield match.start(1), match.group(1)
 
 
 def _is_import_chunk(lines: list[str], start: int, end: int) -> bool:
