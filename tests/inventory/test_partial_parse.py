@@ -39,6 +39,12 @@ class C:
     assert starts == ["import", "@decorator", "if", "value", "class"]
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_the_first_line_and_crlf_files_start_statements_too(newline):
+    source = newline.join(["import os", "x = f(", "1)", "@deco", "def g():", "    pass", "else_ = 2", ""])
+    assert chunks.statement_starts(source.encode()) == [0, 1, 3, 6]
+
+
 def test_string_layout_that_is_ambiguous_is_not_guessed():
     # A triple quote inside a one-line string: no line may be taken as inside a docstring.
     source = b"x = '\"\"\"'\ny = torch.cuda.synchronize()\nz = 1  # \"\"\"\n"
