@@ -5,9 +5,10 @@ A report serialises to versioned JSON described by `schemas/inventory-report.sch
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -318,6 +319,51 @@ class FileSummary:
         }
 
 
+@functools.cache
+def _compact_encoder() -> Callable[[Any], str]:
+    return json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
+
+
+def finding_lines(findings: Sequence[Finding]) -> list[str]:
+    """Each finding as one compact JSON object, exactly as `Finding.to_dict` would encode.
+
+    Findings of one rule and symbol share most of their fields, and findings of one file
+    their path: those parts are encoded once, the rest (place, snippet) per finding.
+    """
+    compact = _compact_encoder()
+    heads: dict[tuple, str] = {}
+    middles: dict[tuple, str] = {}
+    paths: dict[str, str] = {}
+    out = []
+    for f in findings:
+        key = (f.rule_id, f.category, f.family, f.symbol, f.message, f.effort, f.route)
+        head = heads.get(key)
+        if head is None:
+            fields = {"rule_id": f.rule_id, "category": f.category.value, "family": f.family, "symbol": f.symbol,
+                      "message": f.message, "effort": f.effort.value, "route": f.route.value}  # fmt: skip
+            head = heads[key] = compact(fields)[:-1] + ', "location": '
+        # Statuses are shared dicts (one per rule and API); all findings are alive here, so ids are stable.
+        key = (id(f.backends), f.replacement)
+        middle = middles.get(key)
+        if middle is None:
+            middle = middles[key] = (
+                f', "backends": {compact(dict(f.backends))}, "replacement": {compact(f.replacement)}, "snippet": '
+            )
+        where = f.location
+        path = paths.get(where.path)
+        if path is None:
+            path = paths[where.path] = compact(where.path)
+        cell = "" if where.cell is None else f', "cell": {where.cell}'
+        tail = ', "autofix": true' if f.autofix else ', "autofix": false'
+        if f.acknowledged:
+            tail += ', "acknowledged": true'
+        out.append(
+            f'{head}{{"path": {path}, "line": {where.line}, "column": {where.column}, "end_line": {where.end_line}, '
+            f'"end_column": {where.end_column}{cell}}}{middle}{compact(f.snippet)}{tail}}}'
+        )
+    return out
+
+
 @dataclass(slots=True)
 class Report:
     """Everything one inventory run found, and what it could not look at."""
@@ -361,8 +407,8 @@ class Report:
             "acknowledged": acknowledged,
         }
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, with_findings: bool = True) -> dict[str, Any]:
+        data = {
             "$schema": SCHEMA_ID,
             "schema_version": self.schema_version,
             "tool": {"name": "accelport", "version": self.tool_version},
@@ -372,31 +418,34 @@ class Report:
             "route": self.route.to_dict(),
             "effort": self.effort.to_dict(),
             "files": [f.to_dict() for f in self.files],
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": [f.to_dict() for f in self.findings] if with_findings else None,
             "skipped": [s.to_dict() for s in self.skipped],
         }
+        if not with_findings:
+            del data["findings"]
+        return data
 
     def to_json(self) -> str:
         """Readable JSON: the summary indented, then one finding per line.
 
         An indented dump of every finding goes through json's pure-Python encoder and
-        dominated the run time on large trees; compact lines use the C encoder.
+        dominated the run time on large trees; compact lines use the C encoder, and
+        the parts findings share (rule, symbol, message, statuses) are encoded once.
         """
-        data = self.to_dict()
-        findings = data.pop("findings")
+        data = self.to_dict(with_findings=False)
         skipped = data.pop("skipped")
         files = data.pop("files")
         head = json.dumps(data, indent=2, ensure_ascii=False)[:-2]  # drop the closing "\n}"
-        compact = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
+        compact = _compact_encoder()
 
-        def block(items: list) -> str:
-            return "[\n" + ",\n".join(f"    {compact(item)}" for item in items) + "\n  ]" if items else "[]"
+        def block(lines: list[str]) -> str:
+            return "[\n" + ",\n".join(f"    {line}" for line in lines) + "\n  ]" if lines else "[]"
 
         return (
-            f'{head},\n  "files": {block(files)},\n  "findings": {block(findings)},\n'
-            f'  "skipped": {block(skipped)}\n}}\n'
+            f'{head},\n  "files": {block([compact(f) for f in files])},\n'
+            f'  "findings": {block(finding_lines(self.findings))},\n'
+            f'  "skipped": {block([compact(s) for s in skipped])}\n}}\n'
         )
-
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Report:

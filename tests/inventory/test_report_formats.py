@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from accelport.findings import Report, report_schema
+from accelport.findings import Finding, Report, finding_lines, report_schema
 from accelport.inventory import scan
 from accelport.inventory.render import (
     render_csv,
@@ -47,6 +47,21 @@ def test_json_validates_against_schema(example_report):
 def test_json_round_trips(example_report):
     again = Report.from_dict(json.loads(example_report.to_json()))
     assert again.to_dict() == example_report.to_dict()
+
+def test_finding_lines_encode_exactly_what_to_dict_holds(example_report, tmp_path):
+    # The JSON writer encodes shared parts once; every variant must still come out as
+    # the plain encoding of Finding.to_dict: a notebook cell, an acknowledged finding,
+    # a non-ASCII snippet, statuses shared between findings and statuses not shared.
+    notebook = tmp_path / "nb.ipynb"
+    notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "source": ["import torch\n", "x = torch.ones(1).cuda()  # é\n"]}]}))
+    marked = tmp_path / "marked.py"
+    marked.write_text("import torch\ntorch.cuda.synchronize()  # accelport: AP1103: ü\ntorch.cuda.synchronize()\n")
+    findings = [*example_report.findings, *scan([str(notebook), str(marked)], jobs=1).findings]
+    findings += [Finding.from_dict(f.to_dict()) for f in findings[:5]]  # statuses no longer shared
+    assert any(f.location.cell for f in findings) and any(f.acknowledged for f in findings)
+    encode = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
+    assert finding_lines(findings) == [encode(f.to_dict()) for f in findings]
+
 
 def test_schema_rejects_a_broken_report(example_report):
     data = json.loads(example_report.to_json())
