@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
+
 from accelport.inventory import scan
 
 CUDA = "import torch\ntorch.cuda.synchronize()\n"
@@ -116,3 +118,28 @@ def test_parallel_scan_equals_serial(tmp_path):
     parallel = scan([str(tmp_path)], jobs=2)
     assert serial.to_dict() == parallel.to_dict()
     assert len(serial.findings) == 15
+
+
+@pytest.mark.parametrize("listed", [0, 5, 4096])
+def test_a_file_is_read_whole_whatever_size_discovery_saw(tmp_path, listed):
+    # The scanner reads in one call sized from discovery's stat; a file that grew or
+    # shrank since must still be read to its end.
+    from accelport.inventory.engine import _read
+
+    path = tmp_path / "grown.py"
+    data = b"x = 1\n" * 50_000
+    path.write_bytes(data)
+    assert _read(str(path), listed) == data
+
+
+def test_chunks_keep_every_file_in_order_and_shrink_towards_the_end():
+    from accelport.inventory.discovery import Candidate
+    from accelport.inventory.engine import _chunks
+
+    files = [Candidate(f"f{i}.py", f"f{i}.py", 0, 1000 + (i % 7) * 300) for i in range(2000)]
+    chunks = _chunks(files, 2)
+    assert [c for chunk in chunks for c in chunk] == files
+    sizes = [sum(c.size for c in chunk) for chunk in chunks]
+    total = sum(sizes)
+    assert sizes[0] > total / 10 and max(sizes[-5:]) < total / 100  # big first, small last
+    assert len(chunks) < 100

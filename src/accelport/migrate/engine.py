@@ -28,7 +28,7 @@ from accelport.findings import Finding, SkippedFile
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
 from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
 from accelport.inventory.engine import PARALLEL_MIN_BYTES, scan_file
-from accelport.inventory.engine import _chunks as chunks_of_equal_bytes
+from accelport.inventory.engine import _chunks as guided_chunks
 from accelport.inventory.python import PythonScanner, chunks, code_token_lines, scan_python_text
 from accelport.inventory.python.context import lookup_api
 from accelport.inventory.python.markers import MARKER_WORD, acknowledge, format_marker
@@ -463,7 +463,7 @@ def migrate(
     not_python: list[NotPython] = []
     skipped = list(found.skipped)
     total = sum(f.size for f in found.files)
-    chunks = chunks_of_equal_bytes(found.files, 1 if jobs <= 1 or total < PARALLEL_MIN_BYTES else jobs)
+    chunks = guided_chunks(found.files, 1 if jobs <= 1 or total < PARALLEL_MIN_BYTES else jobs)
     if jobs <= 1 or len(found.files) < 2 or total < PARALLEL_MIN_BYTES:
         batches: Iterable[list] = (_migrate_chunk(chunk, options, keep_text) for chunk in chunks)
         pool = None

@@ -16,7 +16,11 @@ def _is_outermost(ctx: PyContext, node: ast.AST) -> bool:
 
 @on(ast.Attribute, ast.Name)
 def api_chain(ctx: PyContext, node: ast.Attribute | ast.Name) -> None:
-    if isinstance(node, ast.Attribute) and node.attr == "is_cuda":
+    if type(node) is ast.Name:
+        base = ctx.aliases.get(node.id)
+        if base is None or "." not in base:
+            return  # the common case: a local name, or a plain `import torch` binding
+    elif node.attr == "is_cuda":
         ctx.report("AP1005", node, "is_cuda", replacement="x.device.type == device.type")
         return
     if not _is_outermost(ctx, node):
