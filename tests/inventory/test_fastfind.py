@@ -121,3 +121,57 @@ def test_a_tree_scans_the_same_with_and_without_the_helper(compiled, tmp_path, m
     without = scan([str(tree)], jobs=1)
     assert {Path(f.location.path).name for f in with_helper.findings} == {"a.py", "c.py"}
     assert [f.to_dict() for f in with_helper.findings] == [f.to_dict() for f in without.findings]
+
+
+# Pieces of Python-like text where the three scanner loops make their decisions: quotes
+# of both kinds (single and triple), comments, continuations, CR/LF line ends, tokens
+# that are or are not whole words, paths, environment variables, import lines.
+PIECES = [
+    b"\n", b"\r\n", b"\r", b" ", b"\t", b"#", b"\\", b'"', b"'", b'"""', b"'''", b"x", b"_", b".", b"/", b"@",
+    b"cuda", b"CUDA", b"cuda_graphs", b"is_cuda", b"nccl", b"NCCL_DEBUG", b"CUDA_VISIBLE_DEVICES", b"CUDA_",
+    b"TORCH_CUDA_ARCH_LIST", b"CUBLASLT_X", b"nvtx", b"GradScaler", b"pin_memory", b"cud",
+    b"import ", b"from ", b"import", b"apex", b"flash_attn", b"torch", b"def ", b"class ", b"async ", b"else",
+    b"elif", b"except:", b"finally", b"@deco", b"(", b")", b"=", b"1",
+]  # fmt: skip
+python_like = st.lists(st.sampled_from(PIECES), max_size=60).map(b"".join)
+
+
+def test_compiled_scanner_loops_equal_their_python_twins_on_random_input(compiled):
+    from accelport.inventory.python import chunks, code_token_lines
+
+    def both(function, *args):
+        """The function's answer with the compiled helper, and with the pure-Python twin."""
+        fast = function(*args)
+        fastfind._state["native"] = None
+        try:
+            slow = function(*args)
+        finally:
+            fastfind._state["native"] = compiled
+        return fast, slow
+
+    @settings(max_examples=600, deadline=None)
+    @given(data=python_like)
+    def check(data):
+        fast, slow = both(chunks.string_edges, data)
+        assert fast == slow
+        fast_starts, slow_starts = both(chunks.statement_starts, data, slow)
+        assert fast_starts == slow_starts
+        for edges in (None, slow):
+            fast, slow_lines = both(code_token_lines, data, edges)
+            assert fast == slow_lines
+        fast, slow_lines = both(lambda d: code_token_lines(d, chunks.LazyEdges(d)), data)
+        assert fast == slow_lines
+
+    check()
+    # Corners random text seldom builds: a path segment on either side, a whole-word
+    # token on an import line that the anchor rule alone would drop, comments and strings.
+    corners = [b"x = a/cuda\n", b"x = cuda/b\n", b"import a/cuda\n", b"import a/CUDA\n", b"from\tapex import amp\n",
+               b"  import flash_attn # cuda\n", b"s = '#'; y.cuda()\n", b'"""\nx.cuda()\n"""\ny.cuda()\n',
+               b"CUDA_VISIBLE_DEVICES_=1\nTORCH_CUDA_ARCH_LIST\nCUDA_\n", b"#!\\\ncuda\r\n@x\ndef f(): pass\n"]  # fmt: skip
+    for data in corners:
+        for edges in (None, chunks.string_edges_python(data)):
+            assert both(code_token_lines, data, edges)[0] == both(code_token_lines, data, edges)[1], data
+        fast, slow = both(chunks.string_edges, data)
+        assert fast == slow
+        if slow is not None:
+            assert both(chunks.statement_starts, data, slow)[0] == both(chunks.statement_starts, data, slow)[1]

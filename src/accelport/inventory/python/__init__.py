@@ -28,9 +28,11 @@ _STATIC_ANCHORS = (
 )  # fmt: skip
 _WORD = re.compile(rb"[A-Za-z0-9_]+")
 _WORD_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
-_ENV_WORD = re.compile(
-    rb"(?:CUDA|NCCL|CUDNN|CUBLAS|CUBLASLT|CUFFT|NVIDIA|NVTE|PYTORCH_CUDA|TORCH_CUDA|TORCH_NCCL|TORCH_CUDNN)_[A-Z0-9_]+"
-)
+_ENV_PREFIXES = (
+    b"CUDA", b"NCCL", b"CUDNN", b"CUBLAS", b"CUBLASLT", b"CUFFT", b"NVIDIA", b"NVTE",
+    b"PYTORCH_CUDA", b"TORCH_CUDA", b"TORCH_NCCL", b"TORCH_CUDNN",
+)  # fmt: skip
+_ENV_WORD = re.compile(rb"(?:" + b"|".join(_ENV_PREFIXES) + rb")_[A-Z0-9_]+")
 # Whole words that can start a finding. Others containing an anchor (cuda_graphs,
 # cuda_cluster_v2) are identifiers or path pieces no rule reports.
 _KEEP_WORDS = frozenset(
@@ -56,6 +58,7 @@ _KEEP_WORDS = frozenset(
         b"ProfilerActivity",
     }
 )
+_KEEP_SORTED = tuple(sorted(_KEEP_WORDS))
 _IMPORT_LINE = re.compile(rb"[ \t]*(?:import|from)[ \t]")
 
 
@@ -64,6 +67,11 @@ def _package_words() -> frozenset[bytes]:
     from accelport import knowledge
 
     return frozenset(name.split(".")[0].encode() for name in knowledge.packages())
+
+
+@knowledge.derived_cache
+def _package_list() -> tuple[bytes, ...]:
+    return tuple(sorted(_package_words()))
 
 
 # One search for every anchor and for `import` (the last needle): see fastfind.
@@ -121,8 +129,22 @@ def code_token_lines(data: bytes, edges: list[int] | chunks.LazyEdges | None = N
     string (`edges` from `chunks.string_edges`, or a `chunks.LazyEdges` computed only
     if some token needs it; with None no line counts as inside one), or part of a
     longer identifier no rule reports; the AST settles the rest. A CUDA-only package's
-    name counts only in an import statement.
+    name counts only in an import statement. The compiled helper runs the same loop
+    when there is one (`code_token_lines_python` is the reference).
     """
+    helper = fastfind.native()
+    if helper is not None:
+        found = helper.token_lines(
+            data, _NEEDLES, _IMPORT, _KEEP_SORTED, _package_list(),
+            _ENV_PREFIXES, edges.get() if isinstance(edges, chunks.LazyEdges) else edges,
+        )  # fmt: skip
+        if found is not fastfind.OVERFLOW:
+            return set(found)
+    return code_token_lines_python(data, edges)
+
+
+def code_token_lines_python(data: bytes, edges: list[int] | chunks.LazyEdges | None = None) -> set[int]:
+    """The reference for `code_token_lines`."""
     packages = _package_words()
     lines: set[int] = set()
     line = 1

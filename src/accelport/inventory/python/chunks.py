@@ -15,6 +15,8 @@ import bisect
 import re
 from collections.abc import Iterator
 
+from accelport.inventory import fastfind
+
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _CONTINUATION = frozenset((b"else", b"elif", b"except", b"finally"))
 _DEFINITION = frozenset((b"def", b"async", b"class"))
@@ -46,6 +48,19 @@ def _triple_quotes(data: bytes) -> list[int]:
 
 def string_edges(data: bytes) -> list[int] | None:
     """Byte offsets where triple-quoted strings open and close, alternating; None when unsure.
+
+    The compiled helper (inventory/fastfind.py) when there is one, else `string_edges_python`.
+    """
+    helper = fastfind.native()
+    if helper is not None:
+        edges = helper.string_edges(data)
+        if edges is not fastfind.OVERFLOW:
+            return edges
+    return string_edges_python(data)
+
+
+def string_edges_python(data: bytes) -> list[int] | None:
+    """The reference for `string_edges`.
 
     Unsure means a triple quote that might sit inside a one-line string (an odd number
     of quote characters before it on its line): then no line may be treated as inside
@@ -108,6 +123,16 @@ def statement_starts(data: bytes, edges: list[int] | LazyEdges | None = None) ->
         edges = edges.get()
     if edges is None or (b"\r" in data and data.count(b"\r") != data.count(b"\r\n")):
         return None  # ambiguous strings, or lone \r line ends that the parser counts differently
+    helper = fastfind.native()
+    if helper is not None:
+        starts = helper.statement_starts(data, edges)
+        if starts is not fastfind.OVERFLOW:
+            return starts
+    return statement_starts_python(data, edges)
+
+
+def statement_starts_python(data: bytes, edges: list[int]) -> list[int]:
+    """The loop of `statement_starts` in Python: the reference for the compiled one."""
     starts: list[int] = []
     decorating = False
     line_number = 0
