@@ -78,14 +78,19 @@ def decide(findings: Sequence[Finding], effort: EffortEstimate) -> RouteDecision
     """Route A unless operators must be rewritten (B); C when that route-B work is large."""
     if not findings:
         return RouteDecision(Route.A, ("no CUDA dependency found: nothing to port",))
-    by_route = Counter(f.route for f in findings)
-    by_category = Counter(f.category for f in findings)
-    autofix = sum(1 for f in findings if f.autofix)
+    # One pass, comparing enum members by identity: this runs once per file with findings,
+    # and Counters keyed by enum members hash each one in Python.
+    framework = autofix = route_c = 0
+    b_findings = []
+    for f in findings:
+        framework += f.category is Category.FRAMEWORK_API
+        autofix += f.autofix
+        if f.route is not Route.A:
+            b_findings.append(f)
+            route_c += f.route is Route.C
     reasons = []
-    framework = by_category[Category.FRAMEWORK_API]
     if framework:
         reasons.append(f"{framework} framework-API finding(s); {autofix} of all findings are fixed by `accelport migrate`")
-    b_findings = [f for f in findings if f.route is not Route.A]
     counts = roll_up(findings)
     if not b_findings:
         if counts["hazards"]:
@@ -104,7 +109,6 @@ def decide(findings: Sequence[Finding], effort: EffortEstimate) -> RouteDecision
     settings = _settings()["route"]
     b_effort = estimate(b_findings)
     high = b_effort.by_level.get("high", 0)
-    route_c = by_route[Route.C]
     if route_c or high >= settings["c_min_high_findings"] or b_effort.hours_high >= settings["c_min_hours"]:
         if route_c:
             reasons.append(f"{route_c} finding(s) need the CUDA stack itself (prebuilt binaries without source)")
