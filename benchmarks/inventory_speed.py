@@ -38,7 +38,7 @@ GREP_PATTERN = "cudaMalloc|cudaMemcpy|cublas|nccl|torch.cuda|numba.cuda"
 TARGET_RATIO = 15.0
 
 
-def _environment() -> dict[str, str]:
+def installed_environment() -> dict[str, str]:
     """The environment of an installed accelport: its bytecode is compiled and used.
 
     Some machines set PYTHONDONTWRITEBYTECODE; with an editable install that makes every
@@ -54,7 +54,7 @@ def compile_package() -> None:
 
     subprocess.run(
         [sys.executable, "-m", "compileall", "-q", str(Path(accelport.__file__).parent)],
-        env=_environment(),
+        env=installed_environment(),
         check=True,
     )
 
@@ -63,7 +63,7 @@ def _timed(cmd: list[str], cwd: Path) -> tuple[float, int, bytes]:
     """Wall seconds and peak RSS (KiB, largest process of the run) of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, check=False, env=_environment())
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, check=False, env=installed_environment())
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if done.returncode not in (0, 1):

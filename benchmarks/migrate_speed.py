@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from inventory_speed import compile_package, installed_environment
 from synthetic_tree import build_python_tree
 
 ACCELPORT = [sys.executable, "-m", "accelport"]
@@ -32,7 +33,7 @@ def timed(command: list[str]) -> tuple[float, float, subprocess.CompletedProcess
     """Wall seconds, CPU seconds (the command and its workers) and the finished process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    process = subprocess.run(command, capture_output=True, text=True, check=False)
+    process = subprocess.run(command, capture_output=True, text=True, check=False, env=installed_environment())
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -46,6 +47,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
+    compile_package()  # both commands run from compiled bytecode, as an installed copy does
 
     with tempfile.TemporaryDirectory(prefix="accelport-migrate-bench-") as scratch:
         tree = args.tree

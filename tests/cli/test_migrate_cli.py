@@ -195,3 +195,19 @@ def test_an_exclude_in_pyproject_that_cannot_work_is_refused(cli, app):
     result = cli("migrate", app, "--check")
     assert result.code == 2
     assert "pyproject.toml: [tool.accelport] exclude 'csrc/\\\\': not a valid gitignore-style pattern" in result.err
+
+
+def test_json_changes_document_holds_exactly_the_result(tmp_path):
+    # The document is written in compact lines for speed: parsed, it must be the result's
+    # dict itself, with files that changed, files with errors and files that are not Python.
+    from accelport.migrate import migrate
+    from accelport.migrate.render import render_json
+
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLE, repo)
+    (repo / "broken.py").write_text("import torch\nx = torch.cuda.current_device(\n")
+    result = migrate([str(repo)], jobs=1)
+    assert result.changed_files and result.not_python and result.skipped
+    text = render_json(result)
+    assert json.loads(text) == result.to_dict()
+    assert text.endswith("}\n") and "\n  \"files\": [\n    {" in text
