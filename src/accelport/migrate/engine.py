@@ -230,8 +230,11 @@ def _scan(
         if wanted is None:
             edges = chunks.LazyEdges(source.data)
             wanted = code_token_lines(source.data, edges)
-        wanted = wanted | (also or set())
-        findings = scan_python_text(source, text, wanted=wanted, data=source.data, edges=edges) if wanted else []
+        findings = (
+            scan_python_text(source, text, wanted=wanted, data=source.data, edges=edges, parse_also=also)
+            if wanted or also
+            else []
+        )
     else:
         findings = scanner.scan(source)
     if MARKER_WORD in source.data:

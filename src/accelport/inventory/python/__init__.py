@@ -360,13 +360,17 @@ def scan_python_text(
     aliases: dict[str, str] | None = None,
     data: bytes | None = None,
     edges: chunks.LazyEdges | None = None,
+    parse_also: set[int] | None = None,
 ) -> list[Finding]:
     """Findings for one piece of Python source (a file, or a notebook cell).
 
     With `wanted` (lines holding CUDA tokens) only the statements that cover them are
     parsed and walked; the parse is left in `source.tree` (partial: other statements are
-    blanked, positions kept). `aliases` carries import bindings between notebook cells, which
-    share one namespace; it is updated with this text's imports.
+    blanked, positions kept). `parse_also` adds lines whose statements are parsed but not
+    walked (migrate checks that rewritten statements parse; a finding needs a CUDA token
+    or a CUDA alias, so statements without either hold none). `aliases` carries import
+    bindings between notebook cells, which share one namespace; it is updated with this
+    text's imports.
     """
     lines = chunks.split_lines(text)
     ctx = PyContext(source, lines, cell)
@@ -375,7 +379,7 @@ def scan_python_text(
     partial = None
     if wanted is not None and cell is None:
         starts = chunks.statement_starts(data if data is not None else text.encode("utf-8", "surrogatepass"), edges)
-        partial = _parse_needed(ctx, text, lines, wanted, starts)
+        partial = _parse_needed(ctx, text, lines, wanted | parse_also if parse_also else wanted, starts)
     if partial is not None:
         tree, extra = partial
     else:
