@@ -35,3 +35,24 @@ def test_has_word_is_a_whole_word_search():
 
     for text in ("DEVICE = 1", "x=DEVICE", "(DEVICE)", "DEVICE", "MY_DEVICE", "DEVICES", "DEVICE_2", "éDEVICE", "DEVICEé", "a DEVICEx DEVICE", ""):
         assert _has_word(text, "DEVICE") == (re.search(r"\bDEVICE\b", text) is not None), text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab \n\r\x0c\u2028é", max_size=120))
+def test_line_starts_are_where_each_line_break_ends(text):
+    # Python's parser counts \r\n, \r and \n as line breaks (not \x0c or \u2028): the
+    # index must agree with it whichever way it is built.
+    from accelport.migrate.source import SourceIndex
+
+    expected = [0] + [m.end() for m in re.finditer(r"\r\n|\n|\r", text)]
+    assert SourceIndex.from_tree(text, None).line_starts == expected
+
+
+def test_unused_import_check_sees_torch_cuda_imports_with_or_without_the_quick_test():
+    from accelport.migrate.codemods.imports import unused_import_edits
+
+    before = "from torch.cuda import amp\nx = amp.autocast()\n"
+    after = "from torch.cuda import amp\nx = torch.amp.autocast('cuda')\n"
+    edits = unused_import_edits(before, after)
+    assert [after[e.start : e.end].strip() for e in edits] == ["from torch.cuda import amp"]
+    assert unused_import_edits(before, "import torch\nx = torch.amp.autocast('xpu')\n") == []

@@ -10,6 +10,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import accumulate
 
 from accelport.findings import Finding
 
@@ -157,9 +158,12 @@ class SourceIndex:
         parsing it): a node is found by descending from the module through the children
         whose spans hold it, and the parents met on the way are remembered.
         """
-        starts = [0]
-        for match in _LINE_BREAK.finditer(text):
-            starts.append(match.end())
+        if "\r" in text:
+            starts = [0]
+            for match in _LINE_BREAK.finditer(text):
+                starts.append(match.end())
+        else:  # the common case: \n only, where lengths of the split lines give the starts
+            starts = [0, *accumulate(len(line) + 1 for line in text.split("\n")[:-1])]
         return cls(text=text, tree=tree, line_starts=starts)
 
     # ----------------------------------------------------------------- positions
