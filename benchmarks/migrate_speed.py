@@ -2,7 +2,7 @@
 
 Builds (or takes) the 500k-line synthetic Python tree of the inventory benchmark, then
 times both commands as subprocesses, start-up included, alternating them so machine
-load hits both alike. Prints one JSON object: wall and CPU seconds of each (median of
+load hits both alike, each from compiled bytecode as an installed copy runs. Prints one JSON object: wall and CPU seconds of each (median of
 `--repeat` runs), the ratio migrate / inventory (target: at most 3), and what migrate
 found to change.
 
