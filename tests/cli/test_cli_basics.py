@@ -57,3 +57,33 @@ def test_output_to_directory_is_one_line_error(cli, tmp_path):
     result = cli("backends", "-o", tmp_path)
     assert result.code == 2
     assert "is a directory" in result.err
+
+
+def test_the_cyclic_collector_is_paused_only_where_a_command_asks(monkeypatch, tmp_path):
+    # Start-up runs without the cyclic GC; a command runs with it unless its module says
+    # GC_PAUSED (inventory, migrate); afterwards it is back on for whoever called main().
+    import gc
+
+    import accelport.cli.inventory
+    import accelport.cli.rules
+    from accelport.cli import main
+
+    seen = {}
+    real_rules, real_inventory = accelport.cli.rules.run, accelport.cli.inventory.run
+
+    def rules(args):
+        seen["rules"] = gc.isenabled()
+        return real_rules(args)
+
+    def inventory(args):
+        seen["inventory"] = gc.isenabled()
+        return real_inventory(args)
+
+    rules.__module__, inventory.__module__ = real_rules.__module__, real_inventory.__module__  # main() reads the handler's module
+    monkeypatch.setattr(accelport.cli.rules, "run", rules)
+    monkeypatch.setattr(accelport.cli.inventory, "run", inventory)
+    (tmp_path / "a.py").write_text("import torch\ntorch.cuda.synchronize()\n")
+    assert gc.isenabled()
+    assert main(["rules", "AP1103"]) == 0 and gc.isenabled()
+    assert main(["inventory", str(tmp_path), "-o", str(tmp_path / "out.json")]) == 0 and gc.isenabled()
+    assert seen == {"rules": True, "inventory": False}

@@ -9,6 +9,7 @@ handlers, so `accelport --help` and `accelport inventory` start fast.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import os
@@ -101,6 +102,20 @@ _quick_exit = False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Start-up builds many long-lived objects (the parser, knowledge tables, dataclasses)
+    # and the cyclic collector kept walking them: a tenth of a short command's run. It is
+    # off until the command starts, and stays off for commands that say they build no
+    # reference cycles worth collecting and end soon (GC_PAUSED = True in their module).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _main(argv, collecting)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _main(argv: Sequence[str] | None, collecting: bool) -> int:
     # accelport's CPU-side tools must not fail because a vendor adapter is half-installed
     # (torch imports every backend entry point; a broken one makes `import torch` raise).
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
@@ -122,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from accelport import knowledge
 
             knowledge.set_user_files(args.knowledge)
+        if collecting and not getattr(sys.modules.get(args.handler.__module__), "GC_PAUSED", False):
+            gc.enable()
         code = int(args.handler(args) or 0)
         global _quick_exit
         _quick_exit = bool(getattr(sys.modules.get(args.handler.__module__), "QUICK_EXIT", False))

@@ -8,7 +8,8 @@ import logging
 import os
 import queue
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from accelport import __version__, knowledge
@@ -102,11 +103,20 @@ def scan_file(candidate: Candidate) -> FileResult:
 def _scan_chunk(chunk: Sequence[Candidate]) -> list[FileResult]:
     # Parsing allocates millions of short-lived nodes; with the scanners' trees
     # free of reference cycles, the cyclic collector only costs time here.
+    with gc_paused():
+        return [scan_file(c) for c in chunk]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for a while, then back as it was (a caller may have paused it too)."""
+    was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return [scan_file(c) for c in chunk]
+        yield
     finally:
-        gc.enable()
+        if was_enabled:
+            gc.enable()
 
 
 def _chunks(files: Sequence[Candidate], jobs: int) -> list[list[Candidate]]:
@@ -211,6 +221,7 @@ def run_scanners(
             if block:
                 return
 
+    was_enabled = gc.isenabled()
     try:
         gc.disable()
         while (index := _claim(counter, len(chunks))) is not None:
@@ -227,7 +238,8 @@ def run_scanners(
             if index not in done:
                 yield from _scan_chunk(chunks[index])
     finally:
-        gc.enable()
+        if was_enabled:
+            gc.enable()
         for worker in workers:
             if worker.is_alive():
                 worker.terminate()

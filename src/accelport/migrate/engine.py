@@ -13,7 +13,6 @@ output changes nothing: round 3 sees only acknowledged findings.
 from __future__ import annotations
 
 import ast
-import gc
 import logging
 import multiprocessing
 import os
@@ -27,7 +26,7 @@ from accelport.errors import UserError
 from accelport.findings import Finding, SkippedFile
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
 from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
-from accelport.inventory.engine import PARALLEL_MIN_BYTES, scan_file
+from accelport.inventory.engine import PARALLEL_MIN_BYTES, gc_paused, scan_file
 from accelport.inventory.engine import _chunks as guided_chunks
 from accelport.inventory.python import PythonScanner, chunks, code_token_lines, scan_python_text
 from accelport.inventory.python.context import lookup_api
@@ -426,11 +425,8 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
 
 
 def _migrate_chunk(chunk: Sequence[Candidate], options: Options, keep_text: bool = True) -> list:
-    gc.disable()  # as in inventory: the trees here have no cycles worth collecting
-    try:
+    with gc_paused():  # as in inventory: the trees here have no cycles worth collecting
         outcomes = [migrate_candidate(c, options) for c in chunk]
-    finally:
-        gc.enable()
     if keep_text:
         return outcomes
     return [o.without_text() if isinstance(o, FileMigration) else o for o in outcomes]
