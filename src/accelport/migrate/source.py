@@ -163,7 +163,7 @@ class SourceIndex:
             for match in _LINE_BREAK.finditer(text):
                 starts.append(match.end())
         else:  # the common case: \n only, where lengths of the split lines give the starts
-            starts = [0, *accumulate(len(line) + 1 for line in text.split("\n")[:-1])]
+            starts = [0, *accumulate(map((1).__add__, map(len, text.split("\n")[:-1])))]
         return cls(text=text, tree=tree, line_starts=starts)
 
     # ----------------------------------------------------------------- positions
