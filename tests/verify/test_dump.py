@@ -365,3 +365,57 @@ def test_gradient_hooks_only_when_backward_is_recorded(tmp_path):
     backward = [r for r in records(tmp_path / "all") if r.get("phase") == "backward"]
     # Each module's backward ops are attributed to it (one-tensor hooks fire as the multi-hook did).
     assert {r["module"] for r in backward} >= {"Sequential.0", "Sequential.1", "Sequential.2"}
+
+
+@pytest.mark.parametrize("stats_on_host", [True, False])
+def test_a_tensor_listed_by_several_records_has_the_same_numbers_in_each(tmp_path, stats_on_host):
+    """Statistics mode builds a tensor's description once and shares it between the records
+    that list it; the numbers must be those of the tensor in every record, across flushes, with
+    NaN/Inf written as strings, and an in-place op must not leave its input's old numbers behind."""
+    x = torch.tensor([1.0, float("nan"), float("inf"), -3.0, 0.0, 2.0])
+    with capture(tmp_path / "d", step_on="manual", stats_on_host=stats_on_host, flush_every=1):
+        y = x * 2  # y: produced here, then listed as an input three times (a flush after each record)
+        torch.abs(y)
+        torch.neg(y)
+        y.add_(1.0)  # in place: its input is y before, its output y after
+        torch.abs(y)
+    recs = [r for r in records(tmp_path / "d") if r.get("k") == "op"]
+    by_op = {}
+    for r in recs:
+        by_op.setdefault(r["op"], []).append(r)
+
+    def expected(values: torch.Tensor) -> list:
+        v = values.double().numpy()
+        finite = v[np.isfinite(v)]
+        want = [finite.min(), finite.max(), finite.mean(), np.sqrt((finite**2).sum()),
+                np.abs(finite).mean(), np.isnan(v).sum(), np.isinf(v).sum(), (finite == 0).sum()]  # fmt: skip
+        return [float(w) for w in want]
+
+    def numbers(desc: dict) -> list:
+        assert all(isinstance(s, float) or s in ("nan", "inf", "-inf") for s in desc["stats"])
+        return [float(s) for s in desc["stats"]]
+
+    before, after = x * 2, x * 2 + 1
+    produced = by_op["aten.mul.Tensor"][0]["out"][0]
+    uses = [by_op["aten.abs.default"][0]["in"][0], by_op["aten.neg.default"][0]["in"][0],
+            by_op["aten.add_.Tensor"][0]["in"][0]]  # fmt: skip
+    for desc in [produced, *uses]:
+        assert np.allclose(numbers(desc), expected(before), rtol=1e-6), desc
+        assert desc["stats"][5] == 1.0 and desc["stats"][6] == 1.0  # one NaN, one Inf (the 2*inf)
+    assert all(desc.get("src") == produced["src"] for desc in uses)
+    changed = [by_op["aten.add_.Tensor"][0]["out"][0], by_op["aten.abs.default"][1]["in"][0]]
+    for desc in changed:
+        assert np.allclose(numbers(desc), expected(after), rtol=1e-6), desc
+
+
+def test_user_code_lines_follow_the_working_directory(tmp_path, monkeypatch):
+    """The source line is written relative to the working directory at the time of the op."""
+    monkeypatch.chdir(Path(__file__).parent)
+    x = torch.ones(3)
+    with capture(tmp_path / "d", step_on="manual"):
+        for _ in range(2):
+            torch.neg(x)
+            monkeypatch.chdir(tmp_path)
+    lines = [r["line"] for r in records(tmp_path / "d") if r.get("op") == "aten.neg.default"]
+    assert lines[0].startswith(f"{Path(__file__).name}:")
+    assert lines[1] == f"{Path(__file__)}:{lines[0].split(':')[1]}"

@@ -31,12 +31,20 @@ def _cases() -> dict[str, torch.Tensor]:
     huge[1::2] = -BIG
     huge[7] = 1.0
     qkv = torch.randn(4, 33, 3 * 40, generator=g)
+    # Zeros in some 2048-element blocks only (the kernel counts zeros only in a block whose
+    # smallest |x| is 0): at a block's last lane, a -0.0 alone, and one block of ReLU output.
+    sparse_zeros = torch.randn(5 * 2048 + 9, generator=g)
+    sparse_zeros[2047] = 0.0
+    sparse_zeros[3 * 2048 + 100] = -0.0
+    sparse_zeros[4 * 2048 : 5 * 2048].clamp_(min=0.0)
     return {
         "contiguous": base,
         "nan_inf_zero": with_holes,
         "causal_mask": mask,  # half -inf: every block takes the masked path
         "all_negative": -base.abs() - 1.0,
         "all_zero": torch.zeros(4099),
+        "sparse_zeros": sparse_zeros,
+        "negative_zeros": -torch.zeros(3000),
         "all_nan": torch.full((37,), float("nan")),
         "near_float32_max": huge,  # float32 lane sums overflow: summed again in float64
         "transposed": base.transpose(0, 2),  # fills its memory: one run

@@ -10,9 +10,12 @@
  * Written with GCC/Clang vector extensions, so it builds for any target the compiler
  * knows (AVX-512, AVX2, NEON...). Elements are read once, in blocks of BLOCK: a block with
  * only finite values (the common case) costs a min, max, add, multiply-add, abs-add and
- * zero compare per vector, with float32 lane sums added into float64 per block. A block
- * holding NaN/Inf is read again with masks; a block whose float32 lane sums overflowed
- * (values near the float32 maximum) is summed again in float64.
+ * an integer min and max of |x| per vector (no compare on any dependency chain), with
+ * float32 lane sums added into float64 per block. A block holding zeros is read again
+ * (from L1) to count them; a block holding NaN/Inf is read again with masks; a block
+ * whose float32 lane sums overflowed (values near the float32 maximum) is summed again
+ * in float64. The sums are added in the same order whatever the path, so the numbers do
+ * not depend on which path a block took.
  */
 #include <float.h>
 #include <math.h>
@@ -24,10 +27,11 @@
 
 typedef float vf32 __attribute__((vector_size(64)));
 typedef int32_t vi32 __attribute__((vector_size(64)));
+typedef uint32_t vu32 __attribute__((vector_size(64)));
 typedef double vf64 __attribute__((vector_size(64)));
 typedef int64_t vi64 __attribute__((vector_size(64)));
+typedef uint64_t vu64 __attribute__((vector_size(64)));
 typedef uint16_t vu16 __attribute__((vector_size(32)));
-typedef uint32_t vu32 __attribute__((vector_size(64)));
 
 static inline vf32 load_f32(const float *x) { vf32 v; memcpy(&v, x, sizeof v); return v; }
 static inline vf64 load_f64(const double *x) { vf64 v; memcpy(&v, x, sizeof v); return v; }
@@ -45,12 +49,37 @@ static inline double one_bf16(const uint16_t *x) {
     return f;
 }
 
-/* NAME: exported symbol; T: element type; VF/VI: vector of the compute type and the
- * same-width integers; W: lanes; ABS: the sign-clearing mask; BIG: the largest finite
- * value; RESUM: 1 where lane sums are narrower than float64 and may overflow. */
-#define DEFINE_STATS(NAME, T, VF, VI, W, LOADV, LOAD1, ABS, BIG, RESUM)                      \
-    static inline VF NAME##_sel(VI m, VF a, VF b) { return (VF)(((VI)a & m) | ((VI)b & ~m)); } \
-                                                                                               \
+/* Lane-wise min(a, b) = a < b ? a : b and max(a, b) = a > b ? a : b (b where they are
+ * equal or unordered: x86's minps/maxps exactly), and unsigned integer min/max. With
+ * AVX-512 each is one instruction; the portable form, a compare and a select, puts the
+ * compare's latency on the running minimum's dependency chain. */
+#define SELECT(VI, m, a, b) (((VI)(a) & (m)) | ((VI)(b) & ~(m)))
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline vf32 min_f32(vf32 a, vf32 b) { return (vf32)_mm512_min_ps((__m512)a, (__m512)b); }
+static inline vf32 max_f32(vf32 a, vf32 b) { return (vf32)_mm512_max_ps((__m512)a, (__m512)b); }
+static inline vf64 min_f64(vf64 a, vf64 b) { return (vf64)_mm512_min_pd((__m512d)a, (__m512d)b); }
+static inline vf64 max_f64(vf64 a, vf64 b) { return (vf64)_mm512_max_pd((__m512d)a, (__m512d)b); }
+static inline vu32 umin_u32(vu32 a, vu32 b) { return (vu32)_mm512_min_epu32((__m512i)a, (__m512i)b); }
+static inline vu32 umax_u32(vu32 a, vu32 b) { return (vu32)_mm512_max_epu32((__m512i)a, (__m512i)b); }
+static inline vu64 umin_u64(vu64 a, vu64 b) { return (vu64)_mm512_min_epu64((__m512i)a, (__m512i)b); }
+static inline vu64 umax_u64(vu64 a, vu64 b) { return (vu64)_mm512_max_epu64((__m512i)a, (__m512i)b); }
+#else
+static inline vf32 min_f32(vf32 a, vf32 b) { return (vf32)SELECT(vi32, a < b, a, b); }
+static inline vf32 max_f32(vf32 a, vf32 b) { return (vf32)SELECT(vi32, a > b, a, b); }
+static inline vf64 min_f64(vf64 a, vf64 b) { return (vf64)SELECT(vi64, a < b, a, b); }
+static inline vf64 max_f64(vf64 a, vf64 b) { return (vf64)SELECT(vi64, a > b, a, b); }
+static inline vu32 umin_u32(vu32 a, vu32 b) { return (vu32)SELECT(vi32, a < b, a, b); }
+static inline vu32 umax_u32(vu32 a, vu32 b) { return (vu32)SELECT(vi32, a > b, a, b); }
+static inline vu64 umin_u64(vu64 a, vu64 b) { return (vu64)SELECT(vi64, a < b, a, b); }
+static inline vu64 umax_u64(vu64 a, vu64 b) { return (vu64)SELECT(vi64, a > b, a, b); }
+#endif
+
+/* NAME: exported symbol; T: element type; VF/VI/VU: vector of the compute type and the
+ * same-width signed and unsigned integers; W: lanes; MIN/MAX/UMIN/UMAX: the lane-wise
+ * min and max above; ABS: the sign-clearing mask; BIG: the largest finite value; RESUM:
+ * 1 where lane sums are narrower than float64 and may overflow. */
+#define DEFINE_STATS(NAME, T, VF, VI, VU, W, LOADV, LOAD1, MIN, MAX, UMIN, UMAX, ABS, BIG, RESUM) \
     static void NAME##_scalar(const T *x, int64_t n, double *o, int sums_only) {               \
         for (int64_t i = 0; i < n; i++) {                                                      \
             double v = LOAD1(x + i);                                                           \
@@ -64,43 +93,55 @@ static inline double one_bf16(const uint16_t *x) {
         }                                                                                      \
     }                                                                                          \
                                                                                                \
-    /* Lane sums that overflowed (float32 near its maximum): the block's sums in float64. */  \
+    /* Lane sums that overflowed (float32 near its maximum): the block's sums in float64. */   \
     static inline void NAME##_resum(const T *x, int64_t n, double *ss, double *qq, double *aa) { \
-        if (!(RESUM && (isinf(*ss) || isinf(*qq) || isinf(*aa)))) return;                     \
+        if (!(RESUM && (isinf(*ss) || isinf(*qq) || isinf(*aa)))) return;                      \
         double w[9] = {0};                                                                     \
         NAME##_scalar(x, n, w, 1);                                                             \
         *ss = w[2]; *qq = w[3]; *aa = w[4];                                                    \
     }                                                                                          \
                                                                                                \
-    /* A block of finite values: 1 and its statistics added, or 0 and nothing changed. */     \
+    /* A block of finite values: 1 and its statistics added, or 0 and nothing changed.         \
+     * Per vector: min, max, the three sums, and the smallest and largest |x| as integer       \
+     * bits: above BIG's bits is NaN or Inf (the block is read again, masked); a smallest      \
+     * |x| of 0 means zeros, counted in a second pass over the block (still in L1). */         \
     static int NAME##_finite(const T *x, int64_t n, double *o) {                               \
-        const VF big = (VF){} + BIG;                                                           \
+        VF big = (VF){} + BIG;                                                                 \
+        const VU limit = (VU)big;                                                              \
         const VI absmask = (VI){} + ABS;                                                       \
         VF lo = LOADV(x), hi = lo, s = {}, q = {}, a = {};                                     \
-        VI bad = {}, zeros = {};                                                               \
+        VU top = {}, bottom = ~(VU){};                                                         \
         for (int64_t i = 0; i < n; i += W) {                                                   \
             VF v = LOADV(x + i);                                                               \
             VF m = (VF)((VI)v & absmask);                                                      \
-            bad |= ~(m <= big); /* NaN compares false, so it lands here too */                 \
-            lo = NAME##_sel(v < lo, v, lo);                                                    \
-            hi = NAME##_sel(v > hi, v, hi);                                                    \
+            top = UMAX((VU)m, top);                                                            \
+            bottom = UMIN((VU)m, bottom);                                                      \
+            lo = MIN(v, lo);                                                                   \
+            hi = MAX(v, hi);                                                                   \
             s += v; q += v * v; a += m;                                                        \
-            zeros += v == (VF){};                                                              \
         }                                                                                      \
-        for (int j = 0; j < W; j++)                                                            \
-            if (bad[j]) return 0;                                                              \
+        int has_zero = 0;                                                                      \
+        for (int j = 0; j < W; j++) {                                                          \
+            if (top[j] > limit[j]) return 0; /* NaN or Inf */                                  \
+            has_zero |= bottom[j] == 0;                                                        \
+        }                                                                                      \
         double ss = 0, qq = 0, aa = 0, l = o[0], h = o[1], z = 0;                              \
         for (int j = 0; j < W; j++) {                                                          \
             if (lo[j] < l) l = lo[j];                                                          \
             if (hi[j] > h) h = hi[j];                                                          \
-            ss += s[j]; qq += q[j]; aa += a[j]; z -= zeros[j];                                 \
+            ss += s[j]; qq += q[j]; aa += a[j];                                                \
+        }                                                                                      \
+        if (has_zero) {                                                                        \
+            VI zeros = {};                                                                     \
+            for (int64_t i = 0; i < n; i += W) zeros += LOADV(x + i) == (VF){};                \
+            for (int j = 0; j < W; j++) z -= zeros[j];                                         \
         }                                                                                      \
         NAME##_resum(x, n, &ss, &qq, &aa);                                                     \
         o[0] = l; o[1] = h; o[2] += ss; o[3] += qq; o[4] += aa; o[7] += z; o[8] += n;          \
         return 1;                                                                              \
     }                                                                                          \
                                                                                                \
-    /* A block holding NaN or Inf: non-finite lanes masked out of every statistic. */         \
+    /* A block holding NaN or Inf: non-finite lanes masked out of every statistic. */          \
     static void NAME##_masked(const T *x, int64_t n, double *o) {                              \
         const VF big = (VF){} + BIG, inf = (VF){} + INFINITY;                                  \
         const VI absmask = (VI){} + ABS;                                                       \
@@ -111,9 +152,9 @@ static inline double one_bf16(const uint16_t *x) {
             VF m = (VF)((VI)v & absmask);                                                      \
             VI fin = m <= big;                                                                 \
             VF f = (VF)((VI)v & fin);                                                          \
-            VF fl = NAME##_sel(fin, v, inf), fh = NAME##_sel(fin, v, -inf);                    \
-            lo = NAME##_sel(fl < lo, fl, lo);                                                  \
-            hi = NAME##_sel(fh > hi, fh, hi);                                                  \
+            VF fl = (VF)SELECT(VI, fin, v, inf), fh = (VF)SELECT(VI, fin, v, -inf);            \
+            lo = (VF)SELECT(VI, fl < lo, fl, lo);                                              \
+            hi = (VF)SELECT(VI, fh > hi, fh, hi);                                              \
             s += f; q += f * f; a += (VF)((VI)m & fin);                                        \
             nans += v != v; infs += m == inf; zeros += v == (VF){};                            \
         }                                                                                      \
@@ -140,7 +181,7 @@ static inline double one_bf16(const uint16_t *x) {
         o[8] += (double)(n - full) - (o[5] + o[6] - before);                                   \
     }                                                                                          \
                                                                                                \
-    /* A strided tensor whose last dimension is contiguous, read row by row in place. */      \
+    /* A strided tensor whose last dimension is contiguous, read row by row in place. */       \
     void NAME##_nd(const T *x, int ndim, const int64_t *sizes, const int64_t *strides,         \
                    double *o) {                                                                \
         int64_t index[MAX_DIMS] = {0}, rows = 1, offset = 0, run = sizes[ndim - 1];            \
@@ -163,7 +204,7 @@ static inline double one_bf16(const uint16_t *x) {
 int omp_get_thread_num(void);
 int omp_get_num_threads(void);
 #define MAX_THREADS 256
-#define DEFINE_PARALLEL(NAME, T, W)                                                           \
+#define DEFINE_PARALLEL(NAME, T, W)                                                            \
     int NAME##_par(const T *x, int64_t n, double *o, int threads) {                            \
         double part[MAX_THREADS][9];                                                           \
         int team = 1;                                                                          \
@@ -186,7 +227,7 @@ int omp_get_num_threads(void);
         return team;                                                                           \
     }
 #else
-#define DEFINE_PARALLEL(NAME, T, W)                                                           \
+#define DEFINE_PARALLEL(NAME, T, W)                                                            \
     int NAME##_par(const T *x, int64_t n, double *o, int threads) {                            \
         (void)threads;                                                                         \
         NAME(x, n, o);                                                                         \
@@ -194,9 +235,12 @@ int omp_get_num_threads(void);
     }
 #endif
 
-DEFINE_STATS(ap_stats_f32, float, vf32, vi32, 16, load_f32, one_f32, 0x7fffffff, FLT_MAX, 1)
-DEFINE_STATS(ap_stats_bf16, uint16_t, vf32, vi32, 16, load_bf16, one_bf16, 0x7fffffff, FLT_MAX, 1)
-DEFINE_STATS(ap_stats_f64, double, vf64, vi64, 8, load_f64, one_f64, 0x7fffffffffffffffLL, DBL_MAX, 0)
+DEFINE_STATS(ap_stats_f32, float, vf32, vi32, vu32, 16, load_f32, one_f32, min_f32, max_f32,
+             umin_u32, umax_u32, 0x7fffffff, FLT_MAX, 1)
+DEFINE_STATS(ap_stats_bf16, uint16_t, vf32, vi32, vu32, 16, load_bf16, one_bf16, min_f32, max_f32,
+             umin_u32, umax_u32, 0x7fffffff, FLT_MAX, 1)
+DEFINE_STATS(ap_stats_f64, double, vf64, vi64, vu64, 8, load_f64, one_f64, min_f64, max_f64,
+             umin_u64, umax_u64, 0x7fffffffffffffffLL, DBL_MAX, 0)
 
 DEFINE_PARALLEL(ap_stats_f32, float, 16)
 DEFINE_PARALLEL(ap_stats_bf16, uint16_t, 16)

@@ -115,8 +115,14 @@ class _Stats:
         """A list of numbers (host) or an index into the pending batch (device); None when not numeric."""
         torch = self.torch
         if self.native is not None and t.is_cpu:
+            # (float32, float64 and bfloat16 are never quantized.)
             kind = self._native_torch.get(t.dtype)
-            if kind is not None and t.layout == torch.strided and not t.is_quantized:
+            if kind is not None and t.layout == torch.strided:
+                n = t.numel()
+                if n and t.is_contiguous():  # most tensors: no layout to work out
+                    out = _SWEEP_ARRAY.from_buffer_copy(_SWEEP_START_BYTES)
+                    self.native.sweep(t.data_ptr(), n, kind, out)
+                    return _finish(out)
                 stats = self._native_stats(t, kind)
                 if stats is not None:
                     return stats
@@ -383,6 +389,14 @@ class _Stats:
         return rows
 
 
+def _finish(sums: Any) -> list[float]:
+    """The STAT_FIELDS from one sweep's nine numbers (what _combine does for a single part)."""
+    lo, hi, total, square, absolute, nan, inf, zero, finite = sums
+    if finite == 0:
+        return [math.nan, math.nan, math.nan, math.nan, math.nan, float(nan), float(inf), 0.0]
+    return [lo, hi, total / finite, math.sqrt(square), absolute / finite, float(nan), float(inf), float(zero)]
+
+
 def _combine(parts: list[tuple]) -> list[float]:
     """The STAT_FIELDS of a tensor from the sweeps of its pieces."""
     if len(parts) == 1:  # the common case, without a generator per field
@@ -400,7 +414,7 @@ def _combine(parts: list[tuple]) -> list[float]:
 class _Entry:
     """One tensor as recorded: dtype, shape, statistics, where its data was saved, who produced it."""
 
-    __slots__ = ("data", "dtype", "shape", "src", "stats", "uninitialised")
+    __slots__ = ("data", "desc", "dtype", "shape", "src", "stats", "uninitialised")
 
     def __init__(self, dtype: str, shape: list[int], stats: Any, src: int | None) -> None:
         self.uninitialised = False
@@ -409,6 +423,9 @@ class _Entry:
         self.stats = stats  # list of numbers, index into the device batch, or None (not numeric, or uninitialised)
         self.src = src  # seq of the record whose output this is
         self.data: dict[str, Any] | None = None  # {"file", "start", "nbytes"} with full tensors
+        # The tensor as a record lists it (no file to save, no checksum to add): built once,
+        # shared by every record that lists the tensor; None once `data` changes.
+        self.desc: dict[str, Any] | None = None
 
 
 class Capture:
@@ -479,10 +496,15 @@ class Capture:
         self._handles: list[Any] = []
         self._mode: Any = None
         self._frame_cache: dict[Any, bool] = {}
-        self._op_names: dict[int, str] = {}  # id(func) -> op name; "" for _NOT_NUMERIC ops
+        self._lines: dict[tuple[Any, int], str] = {}  # (code, line number) -> "file:line"
+        self._lines_cwd = ""
+        # id(func) -> (op name, uninitialised, aliasing, same order, expand); None for
+        # _NOT_NUMERIC ops. Keyed by id: OpOverload.__hash__ is Python code (op objects live
+        # for the process).
+        self._op_info: dict[int, tuple[str, bool, bool, bool, bool] | None] = {}
         self._filtered = bool(self.module_filters or self.op_filters)
         self._backward = "backward" in self.phases
-        self._op_kinds: dict[str, tuple[bool, bool, bool, bool]] = {}  # what _record_op does per op
+        self._unresolved: list[dict[str, Any]] = []  # descriptions waiting for device statistics
         self._stats: _Stats | None = None
         self._library_roots: tuple[str, ...] = ()
         self._stdlib = ""
@@ -508,6 +530,7 @@ class Capture:
 
             raise MissingDependency("torch", "torch", "accelport dump") from None
         self._torch = torch
+        self._C = torch._C
         self._stats = _Stats(self.stats_on_host)
         self._stdlib = str(Path(os.__file__).parent.resolve()) + os.sep
         self._library_roots = (
@@ -686,19 +709,11 @@ class Capture:
             for _ref, _version, entry in self._cache.values():
                 if isinstance(entry.stats, int):
                     entry.stats = resolved[entry.stats]
-        clean, isfinite = dumpfile.clean_float, math.isfinite
-        for record in self._records:
-            for key in ("in", "out"):
-                for tensor in record.get(key, ()):
-                    stats = tensor["stats"]
-                    if stats is None:
-                        continue
-                    if isinstance(stats, int):
-                        stats = tensor["stats"] = resolved[stats]
-                    # Statistics are floats; one sum tells whether any is NaN or Inf
-                    # (an overflowing sum only sends the list the slow way).
-                    if not isfinite(sum(stats)):
-                        tensor["stats"] = [clean(float(v)) for v in stats]
+        # Host statistics went into their descriptions JSON-ready (_json_stats); device ones
+        # are filled in now, in the descriptions that hold their index (each listed once).
+        for desc in self._unresolved:
+            desc["stats"] = _json_stats(resolved[desc["stats"]])
+        self._unresolved = []
         self._manifest.write_many(self._records)
         self.records_written += len(self._records)
         self._records = []
@@ -767,7 +782,17 @@ class Capture:
                 )
                 cache[code] = library
             if not library:
-                return f"{_short_path(code.co_filename)}:{frame.f_lineno}"
+                # Built once per code location (the path is relative to the working
+                # directory: a chdir starts the table again).
+                cwd = os.getcwd()
+                if cwd != self._lines_cwd:
+                    self._lines_cwd = cwd
+                    self._lines.clear()
+                where = (code, frame.f_lineno)
+                line = self._lines.get(where)
+                if line is None:
+                    line = self._lines[where] = f"{_short_path(code.co_filename)}:{where[1]}"
+                return line
             frame = frame.f_back
         return None
 
@@ -813,18 +838,42 @@ class Capture:
         self._cache[key] = (ref, version, entry)
         return entry
 
+    def _desc_of(self, entry: _Entry) -> dict[str, Any]:
+        """The entry as records list it when nothing is saved or checksummed: built once, shared."""
+        stats = entry.stats
+        desc: dict[str, Any] = {
+            "dtype": entry.dtype,
+            "shape": entry.shape,
+            "stats": stats if stats is None or isinstance(stats, int) else _json_stats(stats),
+        }
+        if entry.src is not None:
+            desc["src"] = entry.src
+        if entry.uninitialised:
+            desc["uninitialised"] = True
+        if entry.data:
+            desc.update(entry.data)
+        if isinstance(stats, int):
+            self._unresolved.append(desc)
+        entry.desc = desc
+        return desc
+
     def _describe(
         self, entry: _Entry, t: Any, save: bool, step: int, key: str, crc: bool = False
     ) -> dict[str, Any]:
-        out: dict[str, Any] = {"dtype": entry.dtype, "shape": entry.shape, "stats": entry.stats}
+        if not (save or crc or self.checksums):
+            return entry.desc or self._desc_of(entry)
+        stats = entry.stats
+        out: dict[str, Any] = {
+            "dtype": entry.dtype,
+            "shape": entry.shape,
+            "stats": stats if stats is None or isinstance(stats, int) else _json_stats(stats),
+        }
         if entry.src is not None:
             out["src"] = entry.src
         if entry.uninitialised:
             out["uninitialised"] = True
-        if not (save or crc or self.checksums):
-            if entry.data:
-                out.update(entry.data)
-            return out
+        if isinstance(stats, int):
+            self._unresolved.append(out)
         info = entry.data if entry.data is not None else {}
         need_crc = (self.checksums or crc) and "crc32" not in info
         need_file = save and self._store is not None and "file" not in info
@@ -838,6 +887,7 @@ class Capture:
                 file, start, nbytes = self._store.add(step, key, entry.dtype, entry.shape, data)
                 info.update({"file": file, "start": start, "nbytes": nbytes})
             entry.data = info
+            entry.desc = None  # the shared description lacks the new keys
         if entry.data:
             out.update(entry.data)
         return out
@@ -847,55 +897,73 @@ class Capture:
     def _on_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
         if self._busy or not self._active():
             return func(*args, **kwargs)
-        phase = self._phase()
+        # The phase (as _phase() works it out) and module, inline: this runs for every op.
+        torch_c = self._C
+        if torch_c._current_graph_task_id() != -1:
+            phase = "backward"
+            module = self._backward_active[-1] if self._backward_active else ""
+        else:
+            if self._in_optimizer:
+                phase = "optimizer"
+            elif self._forward_stack or torch_c.is_grad_enabled():
+                phase = "forward"
+            else:
+                phase = "other"
+            module = self._forward_stack[-1] if self._forward_stack else ""
         if phase not in self.phases:
             return func(*args, **kwargs)
-        # Keyed by id: OpOverload.__hash__ is Python code (op objects live for the process).
-        op = self._op_names.get(id(func))
-        if op is None:
-            op = str(func)
-            op = self._op_names[id(func)] = "" if op.startswith(_NOT_NUMERIC) else op
-        if not op:  # not numeric
+        key = id(func)
+        info = self._op_info.get(key, False)
+        if info is False:
+            info = self._op_info[key] = _op_info(str(func))
+        if info is None:  # not numeric
             return func(*args, **kwargs)
-        module = self._module(phase)
-        if self._filtered and not self._wanted(module, op):
+        if self._filtered and not self._wanted(module, info[0]):
             return func(*args, **kwargs)
         self._busy = True
         try:
-            return self._record_op(func, args, kwargs, phase, op, module)
+            return self._record_op(func, args, kwargs, phase, info, module)
         finally:
             self._busy = False
 
     def _record_op(
-        self, func: Any, args: tuple, kwargs: dict, phase: str, op: str, module: str
+        self, func: Any, args: tuple, kwargs: dict, phase: str, info: tuple, module: str
     ) -> Any:
+        op, uninitialised, aliasing, same_order, expand = info
         if not self._opened:
             self._open()
         save = self.tensors and self._save_tensors_of(module, op)
-        kind = self._op_kinds.get(op)
-        if kind is None:
-            kind = self._op_kinds[op] = (
-                op.startswith(_UNINITIALISED_PREFIXES), op in _ALIAS_OPS, op in _SAME_ORDER_OPS,
-                op == "aten.expand.default",
-            )  # fmt: skip
-        uninitialised, aliasing, same_order, expand = kind
+        # Nothing saved or checksummed (statistics mode): each tensor's description is
+        # built once and shared by every record that lists it.
+        shared = not (save or self.checksums)
         inputs = _tensors_in(args, kwargs)
+        cache = self._cache
         entry_of = self._entry
-        in_entries = [(t, entry_of(t)) for t in inputs]
+        in_entries = []
+        for t in inputs:
+            hit = cache.get(id(t))
+            if hit is not None and hit[0]() is t and hit[1] == t._version:
+                in_entries.append(hit[2])
+            else:
+                in_entries.append(entry_of(t))
         # In-place ops change their inputs: describe (and save) them before the op runs.
         seq = self._seq
-        self._seq += 1
+        self._seq = seq + 1
         step = self.current_step
         describe = self._describe
-        in_desc = [
-            describe(e, t, save, step, f"{seq}.in.{i}" if save else "")
-            for i, (t, e) in enumerate(in_entries)
-        ]
+        if shared:
+            desc_of = self._desc_of
+            in_desc = [e.desc or desc_of(e) for e in in_entries]
+        else:
+            in_desc = [
+                describe(e, t, save, step, f"{seq}.in.{i}" if save else "")
+                for i, (t, e) in enumerate(zip(inputs, in_entries, strict=True))
+            ]
         result = func(*args, **kwargs)
         outputs = _tensors_out(result)
-        alias = in_entries[0][1] if aliasing and in_entries else None
-        if expand and in_entries and isinstance(in_entries[0][1].stats, list):
-            alias = _replicated(in_entries[0][1], outputs)
+        alias = in_entries[0] if aliasing and in_entries else None
+        if expand and in_entries and isinstance(in_entries[0].stats, list):
+            alias = _replicated(in_entries[0], outputs)
         out_desc = []
         for i, t in enumerate(outputs):
             if uninitialised:
@@ -908,21 +976,41 @@ class Capture:
                     "uninitialised": True,
                 }
                 with contextlib.suppress(TypeError):
-                    self._cache[id(t)] = (weakref.ref(t), t._version, entry)
+                    cache[id(t)] = (weakref.ref(t), t._version, entry)
             else:
                 entry = entry_of(t, src=seq, fresh=True, alias_of=alias, same_order=same_order)
-                desc = describe(entry, t, save, step, f"{seq}.out.{i}" if save else "")
+                if shared:
+                    desc = self._desc_of(entry)
+                else:
+                    desc = describe(entry, t, save, step, f"{seq}.out.{i}" if save else "")
             out_desc.append(desc)
         line = self._user_line() if phase != "backward" else self._call_sites.get(module)
-        record = self._identity("op", seq, step, phase, op, module, line)
-        record["args"] = _describe_args(args, kwargs)
-        record["in"] = in_desc
-        record["out"] = out_desc
+        calls = self._calls
+        call_key = (phase, module, op)
+        call = calls.get(call_key, 0)
+        calls[call_key] = call + 1
+        # The identity (as _identity builds it), then what the op did.
+        record = {
+            "k": "op",
+            "seq": seq,
+            "step": step,
+            "phase": phase,
+            "op": op,
+            "module": module,
+            "call": call,
+            "line": line,
+            "args": _describe_args(args, kwargs),
+            "in": in_desc,
+            "out": out_desc,
+        }
         if phase == "backward":
-            node = self._torch._C._current_autograd_node()
+            node = self._C._current_autograd_node()
             if node is not None:
                 record["node"] = node.name()
-        self._emit(record, len(in_desc) + len(out_desc))
+        self._records.append(record)
+        self._waiting_tensors += len(in_desc) + len(out_desc)
+        if self._waiting_tensors >= self.flush_every:
+            self._flush()
         return result
 
     def _identity(
@@ -1161,6 +1249,24 @@ def _short_path(filename: str) -> str:
     return filename[len(cwd) :] if filename.startswith(cwd) else filename
 
 
+def _op_info(op: str) -> tuple[str, bool, bool, bool, bool] | None:
+    """(name, uninitialised output, aliasing, same element order, expand) of an op; None: not numeric."""
+    if op.startswith(_NOT_NUMERIC):
+        return None
+    return (op, op.startswith(_UNINITIALISED_PREFIXES), op in _ALIAS_OPS, op in _SAME_ORDER_OPS,
+            op == "aten.expand.default")  # fmt: skip
+
+
+def _json_stats(stats: list[float]) -> list[Any]:
+    """Statistics as the manifest writes them: NaN and Inf as strings (JSON has neither)."""
+    # Statistics are floats; one sum tells whether any is NaN or Inf (an overflowing sum
+    # only sends the list the slow way).
+    if math.isfinite(sum(stats)):
+        return stats
+    clean = dumpfile.clean_float
+    return [clean(float(v)) for v in stats]
+
+
 def _dtype_name(dtype: Any) -> str:
     name = _DTYPE_NAMES.get(dtype)
     if name is None:
@@ -1236,8 +1342,17 @@ def _describe_args(args: tuple, kwargs: dict) -> dict[str, Any]:
     """Non-tensor arguments as JSON (tensors become {"t": index}), enough to replay the op."""
     tensor = _tensor_type()
     counter = [0]
-    plain = _PLAIN_ARGS
-    positional = [v if type(v) in plain else _arg_json(v, counter, tensor) for v in args]
+    plain = _PLAIN_ARG_TYPES
+    positional = []
+    for v in args:
+        kind = type(v)
+        if kind in plain:
+            positional.append(v)
+        elif kind is tensor:  # the common case, without a call
+            positional.append({"t": counter[0]})
+            counter[0] += 1
+        else:
+            positional.append(_arg_json(v, counter, tensor))
     if not kwargs:
         return {"a": positional}
     named = {k: v if type(v) in plain else _arg_json(v, counter, tensor) for k, v in kwargs.items()}
@@ -1245,6 +1360,7 @@ def _describe_args(args: tuple, kwargs: dict) -> dict[str, Any]:
 
 
 _PLAIN_ARGS = (type(None), bool, int, str)
+_PLAIN_ARG_TYPES = frozenset(_PLAIN_ARGS)
 
 
 def _arg_json(value: Any, counter: list[int], tensor_type: type) -> Any:

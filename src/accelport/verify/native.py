@@ -79,7 +79,7 @@ class Kernels:
         A large tensor is split across torch's intra-op threads (the OpenMP team that just
         wrote it, still awake): each thread reads its slice from its own core's cache.
         """
-        if self.openmp and count >= PARALLEL_MIN:
+        if count >= PARALLEL_MIN and self.openmp:
             threads = self._threads()
             if threads > 1:
                 self.parallel_by_dtype[dtype](pointer, count, out, threads)
