@@ -840,6 +840,14 @@ class Capture:
 
     def _desc_of(self, entry: _Entry) -> dict[str, Any]:
         """The entry as records list it when nothing is saved or checksummed: built once, shared."""
+        desc = self._new_desc(entry)
+        if entry.data:
+            desc.update(entry.data)
+        entry.desc = desc
+        return desc
+
+    def _new_desc(self, entry: _Entry) -> dict[str, Any]:
+        """dtype, shape, statistics and where the tensor came from; device statistics are filled in at the flush."""
         stats = entry.stats
         desc: dict[str, Any] = {
             "dtype": entry.dtype,
@@ -850,11 +858,8 @@ class Capture:
             desc["src"] = entry.src
         if entry.uninitialised:
             desc["uninitialised"] = True
-        if entry.data:
-            desc.update(entry.data)
         if isinstance(stats, int):
             self._unresolved.append(desc)
-        entry.desc = desc
         return desc
 
     def _describe(
@@ -862,18 +867,7 @@ class Capture:
     ) -> dict[str, Any]:
         if not (save or crc or self.checksums):
             return entry.desc or self._desc_of(entry)
-        stats = entry.stats
-        out: dict[str, Any] = {
-            "dtype": entry.dtype,
-            "shape": entry.shape,
-            "stats": stats if stats is None or isinstance(stats, int) else _json_stats(stats),
-        }
-        if entry.src is not None:
-            out["src"] = entry.src
-        if entry.uninitialised:
-            out["uninitialised"] = True
-        if isinstance(stats, int):
-            self._unresolved.append(out)
+        out = self._new_desc(entry)
         info = entry.data if entry.data is not None else {}
         need_crc = (self.checksums or crc) and "crc32" not in info
         need_file = save and self._store is not None and "file" not in info
