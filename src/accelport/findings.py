@@ -320,8 +320,14 @@ class FileSummary:
 
 
 @functools.cache
-def _compact_encoder() -> Callable[[Any], str]:
+def compact_encoder() -> Callable[[Any], str]:
+    """One-line JSON through json's C encoder (an indented dump goes through its pure-Python one)."""
     return json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
+
+
+def json_block(lines: list[str], indent: str = "    ") -> str:
+    """Already-encoded items as a JSON array, one per line at `indent`, its bracket two spaces less."""
+    return "[\n" + ",\n".join(indent + line for line in lines) + "\n" + indent[:-2] + "]" if lines else "[]"
 
 
 def finding_lines(findings: Sequence[Finding]) -> list[str]:
@@ -330,7 +336,7 @@ def finding_lines(findings: Sequence[Finding]) -> list[str]:
     Findings of one rule and symbol share most of their fields, and findings of one file
     their path: those parts are encoded once, the rest (place, snippet) per finding.
     """
-    compact = _compact_encoder()
+    compact = compact_encoder()
     heads: dict[tuple, str] = {}
     middles: dict[tuple, str] = {}
     paths: dict[str, str] = {}
@@ -436,15 +442,11 @@ class Report:
         skipped = data.pop("skipped")
         files = data.pop("files")
         head = json.dumps(data, indent=2, ensure_ascii=False)[:-2]  # drop the closing "\n}"
-        compact = _compact_encoder()
-
-        def block(lines: list[str]) -> str:
-            return "[\n" + ",\n".join(f"    {line}" for line in lines) + "\n  ]" if lines else "[]"
-
+        compact = compact_encoder()
         return (
-            f'{head},\n  "files": {block([compact(f) for f in files])},\n'
-            f'  "findings": {block(finding_lines(self.findings))},\n'
-            f'  "skipped": {block([compact(s) for s in skipped])}\n}}\n'
+            f'{head},\n  "files": {json_block([compact(f) for f in files])},\n'
+            f'  "findings": {json_block(finding_lines(self.findings))},\n'
+            f'  "skipped": {json_block([compact(s) for s in skipped])}\n}}\n'
         )
 
     @classmethod

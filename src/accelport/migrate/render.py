@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from accelport.findings import compact_encoder, json_block
 from accelport.migrate.model import (
     ADDED,
     MARKED,
@@ -77,19 +78,16 @@ def render_json(result: MigrationResult) -> str:
     skipped = data.pop("skipped")
     not_python = data.pop("not_python")
     head = json.dumps(data, indent=2, ensure_ascii=False)[:-2]  # drop the closing "\n}"
-    compact = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
-
-    def block(lines: list[str], indent: str = "    ") -> str:
-        return "[\n" + ",\n".join(indent + line for line in lines) + "\n" + indent[:-2] + "]" if lines else "[]"
+    compact = compact_encoder()
 
     def one_file(entry: dict) -> str:
         changes = entry.pop("changes")
-        return compact(entry)[:-1] + ', "changes": ' + block([compact(c) for c in changes], "      ") + "}"
+        return compact(entry)[:-1] + ', "changes": ' + json_block([compact(c) for c in changes], "      ") + "}"
 
     return (
-        f'{head},\n  "files": {block([one_file(f) for f in files])},\n'
-        f'  "skipped": {block([compact(s) for s in skipped])},\n'
-        f'  "not_python": {block([compact(n) for n in not_python])}\n}}\n'
+        f'{head},\n  "files": {json_block([one_file(f) for f in files])},\n'
+        f'  "skipped": {json_block([compact(s) for s in skipped])},\n'
+        f'  "not_python": {json_block([compact(n) for n in not_python])}\n}}\n'
     )
 
 
