@@ -221,25 +221,22 @@ def run_scanners(
             if block:
                 return
 
-    was_enabled = gc.isenabled()
     try:
-        gc.disable()
-        while (index := _claim(counter, len(chunks))) is not None:
-            chunk_results = [scan_file(c) for c in chunks[index]]
-            done.add(index)
-            yield from chunk_results
-            if on_progress:
-                on_progress(len(chunk_results))
-            yield from collect(block=False)
-        while running:
-            yield from collect(block=True)
-        # Chunks claimed by a worker that died before it returned them: scan them here.
-        for index in range(len(chunks)):
-            if index not in done:
-                yield from _scan_chunk(chunks[index])
+        with gc_paused():
+            while (index := _claim(counter, len(chunks))) is not None:
+                chunk_results = [scan_file(c) for c in chunks[index]]
+                done.add(index)
+                yield from chunk_results
+                if on_progress:
+                    on_progress(len(chunk_results))
+                yield from collect(block=False)
+            while running:
+                yield from collect(block=True)
+            # Chunks claimed by a worker that died before it returned them: scan them here.
+            for index in range(len(chunks)):
+                if index not in done:
+                    yield from _scan_chunk(chunks[index])
     finally:
-        if was_enabled:
-            gc.enable()
         for worker in workers:
             if worker.is_alive():
                 worker.terminate()
