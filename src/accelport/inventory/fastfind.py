@@ -97,8 +97,7 @@ class _Native:
 
     def statement_starts(self, data: bytes, edges: list[int]):
         """The loop of chunks.statement_starts (its None cases stay in Python): a list, or OVERFLOW."""
-        given = (ctypes_array(edges, self._edges), len(edges))
-        count = self._statement_starts(data, len(data), given[0], given[1], self._out, _CAP)
+        count = self._statement_starts(data, len(data), ctypes_array(edges, self._edges), len(edges), self._out, _CAP)
         return OVERFLOW if count < 0 else self._out[:count]
 
     def token_lines(self, data: bytes, needles: tuple[bytes, ...], import_index: int, keep: tuple[bytes, ...],
