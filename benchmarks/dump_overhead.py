@@ -5,8 +5,9 @@ The model is the example's TinyLM (examples/legacy_cuda_app/model.py) at larger 
 in train mode (dropout on). Three copies of it take one step each in turn (plain, under a
 statistics capture, under a full-tensor capture), --rounds times, so a noisy shared host
 slows every mode alike; the step time is the median (wall clock, and CPU time of the
-process). A captured step is the second of its capture: the first, untimed, also
-checksums every parameter and maps the module names, which a run does once. msprobe's statistics mode on the same model is timed too when
+process). A captured step is the second of its capture, timed with the end of step that
+writes its remaining records: the first, untimed, also checksums every parameter and maps
+the module names, which a run does once. msprobe's statistics mode on the same model is timed too when
 `mindstudio-probe` is installed (an optional comparison).
 
 Statistics mode reads every new activation and gradient once more, so its cost grows with
@@ -81,7 +82,8 @@ def timed(step) -> tuple[float, float]:
 
 def captured_step(step, folder: Path, tensors: bool) -> tuple[float, float, int, int]:
     """A step in the steady state of a fresh capture: its first step (which also checksums
-    every parameter and names the modules) runs untimed, the second is timed."""
+    every parameter and names the modules) runs untimed, the second is timed together with
+    the end of step that writes its last records (as optimizer.step() would do in a run)."""
     from accelport.verify import capture
 
     shutil.rmtree(folder, ignore_errors=True)
@@ -89,8 +91,12 @@ def captured_step(step, folder: Path, tensors: bool) -> tuple[float, float, int,
         step()
         cap.step()
         before = cap.records_written
-        wall, cpu = timed(step)
-        cap.step()
+
+        def step_and_flush():
+            step()
+            cap.step()
+
+        wall, cpu = timed(step_and_flush)
         records = cap.records_written - before
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     shutil.rmtree(folder, ignore_errors=True)

@@ -391,7 +391,9 @@ class _Stats:
 
 def _finish(sums: Any) -> list[float]:
     """The STAT_FIELDS from one sweep's nine numbers (what _combine does for a single part)."""
-    lo, hi, total, square, absolute, nan, inf, zero, finite = sums
+    # A slice reads a ctypes array in one call; unpacking it directly reads element by
+    # element (about 2.5 us against 0.4 us per tensor).
+    lo, hi, total, square, absolute, nan, inf, zero, finite = sums[:]
     if finite == 0:
         return [math.nan, math.nan, math.nan, math.nan, math.nan, float(nan), float(inf), 0.0]
     return [lo, hi, total / finite, math.sqrt(square), absolute / finite, float(nan), float(inf), float(zero)]
