@@ -37,6 +37,11 @@ def _cases() -> dict[str, torch.Tensor]:
     sparse_zeros[2047] = 0.0
     sparse_zeros[3 * 2048 + 100] = -0.0
     sparse_zeros[4 * 2048 : 5 * 2048].clamp_(min=0.0)
+    # Short rows are gathered into blocks that span rows: NaN, Inf and zeros in them.
+    qkv_holes = torch.randn(4, 70, 3 * 40, generator=g)
+    qkv_holes[0, 3, 45] = float("nan")
+    qkv_holes[2, 60, 79] = float("-inf")
+    qkv_holes[3, 69, 40] = 0.0
     return {
         "contiguous": base,
         "nan_inf_zero": with_holes,
@@ -49,6 +54,8 @@ def _cases() -> dict[str, torch.Tensor]:
         "near_float32_max": huge,  # float32 lane sums overflow: summed again in float64
         "transposed": base.transpose(0, 2),  # fills its memory: one run
         "split_part": qkv.split(40, dim=2)[1],  # gaps between rows: walked row by row
+        "split_with_holes": qkv_holes.split(40, dim=2)[1],  # rows gathered across 2048-element blocks
+        "long_rows": torch.randn(3, 5000, generator=g)[:, 100:4700],  # rows of a block or more: in place
         "every_other": base[:, :, ::2],  # no dimension with stride 1: copied slab by slab
         "expanded": torch.randn(1, 300, generator=g).expand(6, 300),  # stride 0
         "scalar": torch.tensor(-2.5),

@@ -181,13 +181,31 @@ static inline vu64 umax_u64(vu64 a, vu64 b) { return (vu64)SELECT(vi64, a > b, a
         o[8] += (double)(n - full) - (o[5] + o[6] - before);                                   \
     }                                                                                          \
                                                                                                \
-    /* A strided tensor whose last dimension is contiguous, read row by row in place. */       \
+    /* A strided tensor whose last dimension is contiguous. Short rows (the heads of a q/k/v   \
+     * split) are gathered into a block-sized buffer that stays in L1 and swept a block at a   \
+     * time, so the per-block work is not paid per row; rows of a block or more are swept in   \
+     * place. Either way the elements are read in row order. */           \
     void NAME##_nd(const T *x, int ndim, const int64_t *sizes, const int64_t *strides,         \
                    double *o) {                                                                \
         int64_t index[MAX_DIMS] = {0}, rows = 1, offset = 0, run = sizes[ndim - 1];            \
+        T buffer[BLOCK];                                                                       \
+        int64_t held = 0;                                                                      \
         for (int d = 0; d < ndim - 1; d++) rows *= sizes[d];                                   \
         for (int64_t r = 0; r < rows; r++) {                                                   \
-            NAME(x + offset, run, o);                                                          \
+            if (run >= BLOCK) {                                                                \
+                NAME(x + offset, run, o);                                                      \
+            } else {                                                                           \
+                for (int64_t done = 0; done < run;) {                                          \
+                    int64_t take = run - done < BLOCK - held ? run - done : BLOCK - held;      \
+                    memcpy(buffer + held, x + offset + done, (size_t)take * sizeof(T));        \
+                    held += take;                                                              \
+                    done += take;                                                              \
+                    if (held == BLOCK) {                                                       \
+                        NAME(buffer, BLOCK, o);                                                \
+                        held = 0;                                                              \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
             for (int d = ndim - 2; d >= 0; d--) {                                              \
                 offset += strides[d];                                                          \
                 if (++index[d] < sizes[d]) break;                                              \
@@ -195,6 +213,7 @@ static inline vu64 umax_u64(vu64 a, vu64 b) { return (vu64)SELECT(vi64, a > b, a
                 index[d] = 0;                                                                  \
             }                                                                                  \
         }                                                                                      \
+        if (held) NAME(buffer, held, o);                                                       \
     }
 
 #ifdef _OPENMP
