@@ -184,7 +184,7 @@ static inline vu64 umax_u64(vu64 a, vu64 b) { return (vu64)SELECT(vi64, a > b, a
     /* A strided tensor whose last dimension is contiguous. Short rows (the heads of a q/k/v   \
      * split) are gathered into a block-sized buffer that stays in L1 and swept a block at a   \
      * time, so the per-block work is not paid per row; rows of a block or more are swept in   \
-     * place. Either way the elements are read in row order. */           \
+     * place. Either way the elements are read in row order. */                                \
     void NAME##_nd(const T *x, int ndim, const int64_t *sizes, const int64_t *strides,         \
                    double *o) {                                                                \
         int64_t index[MAX_DIMS] = {0}, rows = 1, offset = 0, run = sizes[ndim - 1];            \
