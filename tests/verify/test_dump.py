@@ -45,20 +45,53 @@ def test_every_record_has_a_stable_identity(tinylm_dump):
         r["line"].startswith("examples/legacy_cuda_app/model.py:") or "model.py:" in r["line"]
         for r in ln
     )
-    # Call indices count per (phase, module, op): the three q/k/v views of one attention.
-    views = [
+    # Call indices count per (phase, module, op): the two batched matmuls of one attention.
+    bmm = [
         r["call"]
         for r in ops
         if r["module"] == "TinyLM.blocks.0.attn"
-        and r["op"] == "aten.view.default"
+        and r["op"] == "aten.bmm.default"
         and r["phase"] == "forward"
     ]
-    assert views[:3] == [0, 1, 2]
+    assert bmm == [0, 1]
     # Backward ops are attributed to the module whose backward runs them.
     back_ln = [r for r in ops if r.get("op") == "aten.native_layer_norm_backward.default"]
     assert back_ln and back_ln[0]["module"] == "TinyLM.ln_f"
     assert all(r.get("node") for r in back_ln)
     assert [r["seq"] for r in recs] == sorted(r["seq"] for r in recs)
+
+
+def test_views_are_listed_where_they_are_used_with_their_producer(tmp_path):
+    x = torch.randn(6, 4)
+    with capture(tmp_path / "plain", step_on="manual"):
+        y = x.exp()  # producer
+        z = (y.t().reshape(4, 6).unsqueeze(0) * 2).sum()
+        w = y.t().contiguous()  # a transposed view read in its own order, then copied
+        e = y[0].expand(3, 4).sum()
+    ops = [r for r in records(tmp_path / "plain") if r["k"] == "op"]
+    names = [r["op"] for r in ops]
+    assert not set(names) & {"aten.t.default", "aten.view.default", "aten.unsqueeze.default",
+                             "aten._unsafe_view.default", "aten.expand.default"}  # fmt: skip
+    exp = next(r for r in ops if r["op"] == "aten.exp.default")
+    mul = next(r for r in ops if r["op"] == "aten.mul.Tensor")
+    # The multiply's input is the exp's output seen through three views: same numbers, its
+    # own shape, and the exp named as where it came from.
+    assert mul["in"][0]["src"] == exp["seq"] and mul["in"][0]["shape"] == [1, 4, 6]
+    assert mul["in"][0]["stats"] == exp["out"][0]["stats"]
+    clone = next(r for r in ops if r["op"] == "aten.clone.default")
+    assert clone["in"][0]["src"] == exp["seq"] and clone["in"][0]["shape"] == [4, 6]
+    # An expand repeats its input's elements: sums and counts scale, the rest stays.
+    expand_sum = [r for r in ops if r["op"] == "aten.sum.default"][-1]
+    row = y[0].expand(3, 4)
+    got = [float(v) for v in expand_sum["in"][0]["stats"]]
+    assert got[0:3] == pytest.approx([float(row.min()), float(row.max()), float(row.mean())], rel=1e-6)
+    assert got[3] == pytest.approx(float(row.norm()), rel=1e-6)
+    assert float(z) == pytest.approx(float(y.sum() * 2)) and w.shape == (4, 6) and float(e) > 0
+    # Asked for, the views are records of their own.
+    with capture(tmp_path / "views", step_on="manual", views=True):
+        (x.exp().t().reshape(4, 6) * 2).sum()
+    names = [r["op"] for r in records(tmp_path / "views") if r["k"] == "op"]
+    assert "aten.t.default" in names and any(n in names for n in ("aten.view.default", "aten._unsafe_view.default"))
 
 
 def test_parameters_and_inputs_are_recorded_before_the_ops_that_use_them(tinylm_dump):

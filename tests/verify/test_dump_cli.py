@@ -53,6 +53,7 @@ def test_wrapper_dumps_an_unmodified_script(cli, script, tmp_path, monkeypatch):
         "1..2",
         "--filter",
         "module:TinyLM.blocks.*",
+        "--views",
         "--",
         sys.executable,
         script,
@@ -68,6 +69,8 @@ def test_wrapper_dumps_an_unmodified_script(cli, script, tmp_path, monkeypatch):
     assert {r["step"] for r in records} == {1, 2}
     assert all(r["module"].startswith("TinyLM.blocks.") for r in records)
     assert any(r["phase"] == "backward" for r in records)
+    # --views reached the capture: the attention's transposes are records of their own.
+    assert header["views"] is True and any(r.get("op") == "aten.transpose.int" for r in records)
 
 
 def test_wrapper_usage_errors(cli, tmp_path):

@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         "phases": phases,
         "checksums": args.checksums,
         "step_on": args.step_on,
+        "views": args.views,
     }
     env = dict(os.environ)
     env[ENV_VAR] = json.dumps(options)
@@ -173,6 +174,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--checksums",
         action="store_true",
         help="CRC-32 of every tensor (bit-exact comparison; copies tensors to the host)",
+    )
+    parser.add_argument(
+        "--views",
+        action="store_true",
+        help="record view ops (view, reshape, transpose, expand, detach...) as records of their "
+        "own; by default a view is listed where it is used, with the statistics and producer "
+        "of the tensor it views",
     )
     parser.add_argument(
         "--step-on",

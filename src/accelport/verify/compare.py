@@ -694,7 +694,11 @@ _SAME_VALUES_OPS = frozenset(
 
 
 def _data_key(entry: Mapping[str, Any]) -> tuple:
-    return (entry.get("file"), entry.get("start"), entry.get("src"))
+    """Which produced tensor an entry shows: the record that made it (src), which views of
+    it share; a tensor with no producing record is known by where its data was saved."""
+    if entry.get("src") is not None:
+        return ("src", entry["src"])
+    return (entry.get("file"), entry.get("start"))
 
 
 def _has_tensors(record: Mapping[str, Any]) -> bool:

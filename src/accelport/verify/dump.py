@@ -54,10 +54,24 @@ _SAME_ORDER_OPS = frozenset(
     }
 )  # fmt: skip
 _ALIAS_OPS = _SAME_ORDER_OPS | {"aten.t.default", "aten.transpose.int", "aten.permute.default"}
+# Ops that only look at their input another way (no data moves, no value changes): unless
+# asked to (views=True), they are not recorded; their output is listed where it is used,
+# with the statistics and the producing record (src) of the tensor it views. A view can
+# never be where two runs first diverge, and these are most of a training step's ops
+# (about 60% of a transformer's), each paying the Python of a record.
+_VIEW_OPS = frozenset(
+    {
+        "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten._reshape_alias.default",
+        "aten.view_as.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.default",
+        "aten.squeeze.dims", "aten.flatten.using_ints", "aten.detach.default", "aten.alias.default",
+        "aten.t.default", "aten.transpose.int", "aten.permute.default", "aten.expand.default",
+    }
+)  # fmt: skip
 # Ops whose output is uninitialised memory: recorded without statistics.
 _UNINITIALISED_PREFIXES = ("aten.empty", "aten.new_empty")
 # Dispatcher calls that compute nothing (profiler ranges such as the optimizer's record_function).
 _NOT_NUMERIC = ("profiler.",)
+_NOT_RUN = object()  # _record_op: the op is still to run
 
 PHASES = ("forward", "backward", "optimizer", "other")
 _HOST_CHUNK = 1 << 16  # elements per statistics sweep on the CPU: 256 KiB of float32 stays in L2
@@ -445,6 +459,7 @@ class Capture:
         flush_every: int = 1024,
         stats_on_host: bool = True,
         lazy: bool = False,
+        views: bool = False,
     ) -> None:
         self.folder = Path(run_dir)
         self.tensors = tensors
@@ -467,6 +482,7 @@ class Capture:
         self.flush_every = max(1, flush_every)
         self.stats_on_host = stats_on_host
         self.lazy = lazy  # create the folder at the first record (used by the CLI wrapper)
+        self.views = views  # record view ops too (see _VIEW_OPS)
         self.current_step = 0
         self._pid = os.getpid()
         self._opened = False
@@ -495,7 +511,7 @@ class Capture:
         self._frame_cache: dict[Any, bool] = {}
         self._lines: dict[tuple[Any, int], str] = {}  # (code, line number) -> "file:line"
         self._lines_cwd = ""
-        # id(func) -> (op name, uninitialised, aliasing, same order, expand); None for
+        # id(func) -> (op name, uninitialised, aliasing, same order, expand, view); None for
         # _NOT_NUMERIC ops. Keyed by id: OpOverload.__hash__ is Python code (op objects live
         # for the process).
         self._op_info: dict[int, tuple[str, bool, bool, bool, bool] | None] = {}
@@ -671,6 +687,7 @@ class Capture:
             "mode": "tensors" if self.tensors else "statistics",
             "stat_fields": list(dumpfile.STAT_FIELDS),
             "checksums": self.checksums,
+            "views": self.views,
             "steps": [self.first_step, self.last_step],
             "phases": sorted(self.phases),
             "filters": {
@@ -913,14 +930,65 @@ class Capture:
             return func(*args, **kwargs)
         self._busy = True
         try:
+            if info[5] and not self.views:
+                result = func(*args, **kwargs)
+                if self._pass_view(args, result, info):
+                    return result
+                # A view this cannot vouch for (see _pass_view): recorded like any op.
+                return self._record_op(func, args, kwargs, phase, info, module, result)
             return self._record_op(func, args, kwargs, phase, info, module)
         finally:
             self._busy = False
 
+    def _pass_view(self, args: tuple, result: Any, info: tuple) -> bool:
+        """Give a view's output the entry of the tensor it views (statistics, src, saved data).
+
+        Statistics still waiting for a device batch are shared as the index into it (the
+        flush fills in every cached entry). False, and nothing cached, when the output is
+        not one tensor with the elements of the first argument: the op is then recorded.
+        """
+        source = args[0] if args else None
+        tensor = _tensor_type()
+        if not (isinstance(source, tensor) and isinstance(result, tensor)):
+            return False
+        hit = self._cache.get(id(source))
+        if hit is not None and hit[0]() is source and hit[1] == source._version:
+            base = hit[2]
+        else:
+            base = self._entry(source)
+        if info[4]:  # expand
+            entry = _replicated(base, [result]) if isinstance(base.stats, list) else None
+            if entry is None:  # statistics still on the device (or none): measure the output
+                assert self._stats is not None
+                entry = _Entry(_dtype_name(result.dtype), list(result.shape), self._stats.compute(result), None)
+        elif result.numel() == _numel(base.shape):
+            entry = _Entry(_dtype_name(result.dtype), list(result.shape), base.stats, None)
+        else:
+            return False
+        entry.src = base.src
+        entry.uninitialised = base.uninitialised
+        if info[3]:  # same element order: with full tensors, the saved bytes are the view's too
+            entry.data = base.data
+        key = id(result)
+        try:
+            ref = weakref.ref(result, lambda _r, k=key, cache=self._cache: cache.pop(k, None))
+        except TypeError:
+            return False
+        self._cache[key] = (ref, result._version, entry)
+        return True
+
     def _record_op(
-        self, func: Any, args: tuple, kwargs: dict, phase: str, info: tuple, module: str
+        self,
+        func: Any,
+        args: tuple,
+        kwargs: dict,
+        phase: str,
+        info: tuple,
+        module: str,
+        result: Any = _NOT_RUN,
     ) -> Any:
-        op, uninitialised, aliasing, same_order, expand = info
+        """Record one op and return its result; `result`: the op already ran (a view, which changes no input)."""
+        op, uninitialised, aliasing, same_order, expand, _view = info
         if not self._opened:
             self._open()
         save = self.tensors and self._save_tensors_of(module, op)
@@ -950,7 +1018,8 @@ class Capture:
                 describe(e, t, save, step, f"{seq}.in.{i}" if save else "")
                 for i, (t, e) in enumerate(zip(inputs, in_entries, strict=True))
             ]
-        result = func(*args, **kwargs)
+        if result is _NOT_RUN:
+            result = func(*args, **kwargs)
         outputs = _tensors_out(result)
         alias = in_entries[0] if aliasing and in_entries else None
         if expand and in_entries and isinstance(in_entries[0].stats, list):
@@ -1240,12 +1309,12 @@ def _short_path(filename: str) -> str:
     return filename[len(cwd) :] if filename.startswith(cwd) else filename
 
 
-def _op_info(op: str) -> tuple[str, bool, bool, bool, bool] | None:
-    """(name, uninitialised output, aliasing, same element order, expand) of an op; None: not numeric."""
+def _op_info(op: str) -> tuple[str, bool, bool, bool, bool, bool] | None:
+    """(name, uninitialised output, aliasing, same element order, expand, view) of an op; None: not numeric."""
     if op.startswith(_NOT_NUMERIC):
         return None
     return (op, op.startswith(_UNINITIALISED_PREFIXES), op in _ALIAS_OPS, op in _SAME_ORDER_OPS,
-            op == "aten.expand.default")  # fmt: skip
+            op == "aten.expand.default", op in _VIEW_OPS)  # fmt: skip
 
 
 def _json_stats(stats: list[float]) -> list[Any]:
