@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import warnings
 import zlib
 from pathlib import Path
 
@@ -177,6 +178,54 @@ def test_in_place_ops_are_seen_with_the_input_before_and_the_output_after(tmp_pa
         x.add_(2.0)
     op = next(r for r in records(tmp_path / "d") if r.get("op") == "aten.add_.Tensor")
     assert op["in"][0]["stats"][1] == 1.0 and op["out"][0]["stats"][1] == 3.0
+
+
+def test_a_tensor_changed_in_place_is_measured_once_and_its_users_name_the_change(tmp_path):
+    """torch bumps an in-place op's version counter after the op returns: the cached
+    description must be kept under the version to come, so the next user of the tensor
+    reuses it (and names the in-place op as its producer) instead of reading it again."""
+    x = torch.arange(6.0)
+    with capture(tmp_path / "d", step_on="manual"):
+        y = x.exp()
+        y.mul_(2.0)
+        y.add_(1.0)
+        torch.neg(y)
+        y.t().sum()  # through a view: same tensor, same producer
+    ops = [r for r in records(tmp_path / "d") if r.get("k") == "op"]
+    seq = {r["op"]: r["seq"] for r in ops}
+    add, neg, total = (next(r for r in ops if r["op"] == name)
+                       for name in ("aten.add_.Tensor", "aten.neg.default", "aten.sum.default"))  # fmt: skip
+    assert add["in"][0]["src"] == seq["aten.mul_.Tensor"]
+    assert neg["in"][0]["src"] == total["in"][0]["src"] == seq["aten.add_.Tensor"]
+    want = x.exp() * 2 + 1
+    assert neg["in"][0]["stats"][:2] == pytest.approx([float(want.min()), float(want.max())], rel=1e-6)
+    assert total["in"][0]["stats"] == neg["in"][0]["stats"]
+
+
+def test_a_transposed_parameter_keeps_the_parameter_record_as_its_source(tmp_path):
+    """A weight seen through t() by addmm/mm: the view shares the parameter's version
+    counter once the op returns, so its description is the parameter's, not a new reading."""
+    model = nn.Sequential(nn.Linear(4, 3))
+    with capture(tmp_path / "d", step_on="manual"):
+        model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+    recs = records(tmp_path / "d")
+    weight = next(r for r in recs if r["k"] == "param" and r["op"] == "param:weight")
+    addmm = next(r for r in recs if r.get("op") == "aten.addmm.default")
+    assert [d.get("src") for d in addmm["in"]][2] == weight["seq"]
+    assert addmm["in"][2]["shape"] == [4, 3] and addmm["in"][2]["stats"] == weight["out"][0]["stats"]
+
+
+def test_inference_mode_is_recorded_and_in_place_changes_are_seen(tmp_path):
+    """Inference tensors have no version counter: nothing of theirs is cached, every use is measured."""
+    x = torch.arange(1.0, 7.0)
+    with torch.inference_mode(), capture(tmp_path / "d", step_on="manual"):
+        y = x.exp()
+        z = y.t()
+        y.mul_(2.0)
+        torch.neg(z)
+    ops = [r for r in records(tmp_path / "d") if r.get("k") == "op"]
+    neg = next(r for r in ops if r["op"] == "aten.neg.default")
+    assert neg["in"][0]["stats"][1] == pytest.approx(float(x.exp().max() * 2), rel=1e-6)
 
 
 def test_full_tensors_are_safetensors_files_readable_by_the_reference_reader(tmp_path):
@@ -452,3 +501,25 @@ def test_user_code_lines_follow_the_working_directory(tmp_path, monkeypatch):
     lines = [r["line"] for r in records(tmp_path / "d") if r.get("op") == "aten.neg.default"]
     assert lines[0].startswith(f"{Path(__file__).name}:")
     assert lines[1] == f"{Path(__file__)}:{lines[0].split(':')[1]}"
+
+
+def test_compiled_code_under_a_capture_runs_and_is_recorded(tmp_path):
+    """The capture keeps Dynamo out of its own frames (as torch's wrapper of __torch_dispatch__
+    does); a torch.compile'd function still gives its result and its ops are recorded."""
+    torch._dynamo.reset()
+
+    def f(x):
+        return (x.sin() * 2).relu().sum()
+
+    compiled = torch.compile(f, backend="eager")
+    x = torch.randn(8, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught, capture(tmp_path / "d", step_on="manual"):
+        warnings.simplefilter("always")
+        y = compiled(x)
+        y.backward()
+    # Dynamo never tried to trace the capture's own frames.
+    assert not [w for w in caught if "Dynamo" in str(w.message)], [str(w.message) for w in caught]
+    assert float(y.detach()) == pytest.approx(float(f(x).detach()), rel=1e-6)
+    ops = [r["op"] for r in records(tmp_path / "d") if r.get("k") == "op"]
+    assert {"aten.sin.default", "aten.relu.default", "aten.cos.default"} <= set(ops)
+    torch._dynamo.reset()

@@ -511,10 +511,10 @@ class Capture:
         self._frame_cache: dict[Any, bool] = {}
         self._lines: dict[tuple[Any, int], str] = {}  # (code, line number) -> "file:line"
         self._lines_cwd = ""
-        # id(func) -> (op name, uninitialised, aliasing, same order, expand, view); None for
-        # _NOT_NUMERIC ops. Keyed by id: OpOverload.__hash__ is Python code (op objects live
-        # for the process).
-        self._op_info: dict[int, tuple[str, bool, bool, bool, bool] | None] = {}
+        # id(func) -> (op name, uninitialised, aliasing, same order, expand, view, callable);
+        # None for _NOT_NUMERIC ops. Keyed by id: OpOverload.__hash__ is Python code (op
+        # objects live for the process).
+        self._op_info: dict[int, tuple[str, bool, bool, bool, bool, bool, Any] | None] = {}
         self._filtered = bool(self.module_filters or self.op_filters)
         self._backward = "backward" in self.phases
         self._unresolved: list[dict[str, Any]] = []  # descriptions waiting for device statistics
@@ -825,12 +825,17 @@ class Capture:
         fresh: bool = False,
         alias_of: _Entry | None = None,
         same_order: bool = False,
+        mutated: bool = False,
     ) -> _Entry:
+        """The recorded description of `t`, from the cache while `t` is unchanged.
+
+        mutated: `t` is an input the op just changed (in place, or as out=); torch bumps its
+        version counter once the op returns, so the entry is kept under the version to come.
+        """
         key = id(t)
-        version = t._version
         if not fresh:
             hit = self._cache.get(key)
-            if hit is not None and hit[0]() is t and hit[1] == version:
+            if hit is not None and hit[0]() is t and hit[1] == t._version:
                 return hit[2]
         dtype = _dtype_name(t.dtype)
         shape = list(t.shape)
@@ -845,6 +850,11 @@ class Capture:
         else:
             assert self._stats is not None
             entry = _Entry(dtype, shape, self._stats.compute(t), src)
+        version = _version(t)
+        if version is None:  # an inference tensor: changes to it could not be seen
+            return entry
+        if mutated:
+            version += 1
         try:
             ref = weakref.ref(t, lambda _r, k=key, cache=self._cache: cache.pop(k, None))
         except TypeError:
@@ -923,7 +933,7 @@ class Capture:
         key = id(func)
         info = self._op_info.get(key, False)
         if info is False:
-            info = self._op_info[key] = _op_info(str(func))
+            info = self._op_info[key] = _op_info(func)
         if info is None:  # not numeric
             return func(*args, **kwargs)
         if self._filtered and not self._wanted(module, info[0]):
@@ -931,12 +941,12 @@ class Capture:
         self._busy = True
         try:
             if info[5] and not self.views:
-                result = func(*args, **kwargs)
+                result = info[6](*args, **kwargs)
                 if self._pass_view(args, result, info):
                     return result
                 # A view this cannot vouch for (see _pass_view): recorded like any op.
-                return self._record_op(func, args, kwargs, phase, info, module, result)
-            return self._record_op(func, args, kwargs, phase, info, module)
+                return self._record_op(args, kwargs, phase, info, module, result)
+            return self._record_op(args, kwargs, phase, info, module)
         finally:
             self._busy = False
 
@@ -951,8 +961,13 @@ class Capture:
         tensor = _tensor_type()
         if not (isinstance(source, tensor) and isinstance(result, tensor)):
             return False
+        # The view shares its source's version counter once the op returns (torch links
+        # them above the dispatch mode: inside it the view still shows a counter of its own).
+        version = _version(source)
+        if version is None:  # inference tensors: no counter, so no cache; record the view
+            return False
         hit = self._cache.get(id(source))
-        if hit is not None and hit[0]() is source and hit[1] == source._version:
+        if hit is not None and hit[0]() is source and hit[1] == version:
             base = hit[2]
         else:
             base = self._entry(source)
@@ -974,12 +989,11 @@ class Capture:
             ref = weakref.ref(result, lambda _r, k=key, cache=self._cache: cache.pop(k, None))
         except TypeError:
             return False
-        self._cache[key] = (ref, result._version, entry)
+        self._cache[key] = (ref, version, entry)
         return True
 
     def _record_op(
         self,
-        func: Any,
         args: tuple,
         kwargs: dict,
         phase: str,
@@ -988,7 +1002,7 @@ class Capture:
         result: Any = _NOT_RUN,
     ) -> Any:
         """Record one op and return its result; `result`: the op already ran (a view, which changes no input)."""
-        op, uninitialised, aliasing, same_order, expand, _view = info
+        op, uninitialised, aliasing, same_order, expand, _view, run_op = info
         if not self._opened:
             self._open()
         save = self.tensors and self._save_tensors_of(module, op)
@@ -1019,7 +1033,7 @@ class Capture:
                 for i, (t, e) in enumerate(zip(inputs, in_entries, strict=True))
             ]
         if result is _NOT_RUN:
-            result = func(*args, **kwargs)
+            result = run_op(*args, **kwargs)
         outputs = _tensors_out(result)
         alias = in_entries[0] if aliasing and in_entries else None
         if expand and in_entries and isinstance(in_entries[0].stats, list):
@@ -1035,10 +1049,18 @@ class Capture:
                     "stats": None,
                     "uninitialised": True,
                 }
-                with contextlib.suppress(TypeError):
-                    cache[id(t)] = (weakref.ref(t), t._version, entry)
+                version = _version(t)
+                if version is not None:
+                    with contextlib.suppress(TypeError):
+                        cache[id(t)] = (weakref.ref(t), version, entry)
             else:
-                entry = entry_of(t, src=seq, fresh=True, alias_of=alias, same_order=same_order)
+                mutated = False
+                for u in inputs:
+                    if u is t:
+                        mutated = True
+                        break
+                entry = entry_of(t, src=seq, fresh=True, alias_of=alias, same_order=same_order,
+                                 mutated=mutated)  # fmt: skip
                 if shared:
                     desc = self._desc_of(entry)
                 else:
@@ -1309,12 +1331,18 @@ def _short_path(filename: str) -> str:
     return filename[len(cwd) :] if filename.startswith(cwd) else filename
 
 
-def _op_info(op: str) -> tuple[str, bool, bool, bool, bool, bool] | None:
-    """(name, uninitialised output, aliasing, same element order, expand, view) of an op; None: not numeric."""
+def _op_info(func: Any) -> tuple[str, bool, bool, bool, bool, bool, Any] | None:
+    """(name, uninitialised output, aliasing, same element order, expand, view, callable) of an op; None: not numeric.
+
+    The callable is the operator's C++ entry point where it has one (an OpOverload's
+    __call__ is a Python frame that only forwards to it).
+    """
+    op = str(func)
     if op.startswith(_NOT_NUMERIC):
         return None
+    call = getattr(func, "_op", None) if type(func).__name__ == "OpOverload" else None
     return (op, op.startswith(_UNINITIALISED_PREFIXES), op in _ALIAS_OPS, op in _SAME_ORDER_OPS,
-            op == "aten.expand.default", op in _VIEW_OPS)  # fmt: skip
+            op == "aten.expand.default", op in _VIEW_OPS, call or func)  # fmt: skip
 
 
 def _json_stats(stats: list[float]) -> list[Any]:
@@ -1332,6 +1360,14 @@ def _dtype_name(dtype: Any) -> str:
     if name is None:
         name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
     return name
+
+
+def _version(t: Any) -> int | None:
+    """The tensor's version counter (bumped by every in-place change); None for an inference tensor, which has none."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
 
 
 def _numel(shape: list[int]) -> int:
@@ -1383,17 +1419,16 @@ def _tensor_type() -> type:
 
 
 def _tensors_out(result: Any) -> list[Any]:
-    import torch
-
-    if isinstance(result, torch.Tensor):
+    tensor = _tensor_type()
+    if isinstance(result, tensor):
         return [result]
     if isinstance(result, list | tuple):
         found: list[Any] = []
         for value in result:
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, tensor):
                 found.append(value)
             elif isinstance(value, list | tuple):
-                found.extend(v for v in value if isinstance(v, torch.Tensor))
+                found.extend(v for v in value if isinstance(v, tensor))
         return found
     return []
 
