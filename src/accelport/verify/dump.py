@@ -6,7 +6,7 @@
 
 Ops are seen at the ATen level through a TorchDispatchMode (so in-place,
 functional and fused ops all show up, forward and backward), and attributed to
-modules through global module hooks (forward) and gradient hooks (backward).
+modules through global module hooks (forward) and autograd's node numbers (backward).
 Every record has a stable identity: step, phase, module path, op, call index,
 and the user-code line that issued it.
 
@@ -21,6 +21,7 @@ end of each step, or every `flush_every` tensors), never with a per-tensor
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import datetime as _dt
 import fnmatch
@@ -74,6 +75,18 @@ _NOT_NUMERIC = ("profiler.",)
 _NOT_RUN = object()  # _record_op: the op is still to run
 
 PHASES = ("forward", "backward", "optimizer", "other")
+_CACHE_PRUNE = 4096  # cache entries before dead tensors' entries are dropped
+# Captures started in this process: a child forked from it (a DataLoader worker) records nothing.
+_CAPTURES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for cap in list(_CAPTURES):
+        cap._live = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 _HOST_CHUNK = 1 << 16  # elements per statistics sweep on the CPU: 256 KiB of float32 stays in L2
 _SPLIT = 8 * _HOST_CHUNK  # tensors this large are swept by two threads
 _DTYPE_NAMES: dict[Any, str] = {}  # torch.float32 -> "float32"
@@ -485,6 +498,8 @@ class Capture:
         self.views = views  # record view ops too (see _VIEW_OPS)
         self.current_step = 0
         self._pid = os.getpid()
+        self._live = False  # recording now: started, not closed, this process, a step in range (_set_live)
+        self._tensor: Any = None  # torch.Tensor, once started
         self._opened = False
         self._closed = False
         self._manifest: dumpfile.ManifestWriter | None = None
@@ -492,20 +507,32 @@ class Capture:
         self._seq = 0
         self._records: list[dict[str, Any]] = []  # waiting for device statistics / the next flush
         self._waiting_tensors = 0
+        # id(tensor) -> (weak reference, version, entry). No callback per tensor: an entry
+        # whose tensor died is never a hit (the reference no longer gives the tensor back)
+        # and is dropped when the cache outgrows _cache_limit.
         self._cache: dict[int, tuple[Any, int, _Entry]] = {}
+        self._cache_limit = _CACHE_PRUNE
         self._calls: dict[tuple[str, str, str], int] = {}
         self._module_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._param_names: dict[int, tuple[str, str]] = {}
         self._entered: set[int] = set()  # modules whose parameters were recorded this step
         self._forward_stack: list[str] = []
-        self._backward_active: list[str] = []
+        # Backward ops are attributed through autograd's sequence numbers: every node
+        # created in forward takes the next one, so the module on top of the forward stack
+        # when node N was made is the one marked last at or before N (marks: the number at
+        # each module entry and exit; marked: the module from there on). This step's marks
+        # and the last one's are kept.
+        self._marks: list[int] = []
+        self._marked: list[str] = []
+        self._marks_before = 0  # where this step's marks begin
+        self._node_modules: dict[int, tuple[str, str]] = {}  # sequence number -> (module, node name)
+        self._sequence_nr: Callable[[], int] = _no_sequence_nr
         self._call_sites: dict[str, str] = {}  # module path -> line that called it
         self._in_optimizer = 0
         # Frames of the optimizer steps running now (their hook wrappers), innermost last: a
         # step that raised never runs its post-hook, and its frame is then off the stack.
         self._optimizer_frames: list[Any] = []
         self._mode_off = False  # dispatch mode taken off the stack while an optimizer step runs
-        self._grad_hooks: list[Any] = []
         self._handles: list[Any] = []
         self._mode: Any = None
         self._frame_cache: dict[Any, bool] = {}
@@ -544,6 +571,8 @@ class Capture:
             raise MissingDependency("torch", "torch", "accelport dump") from None
         self._torch = torch
         self._C = torch._C
+        self._tensor = torch.Tensor
+        self._sequence_nr = getattr(torch.autograd, "_get_sequence_nr", _no_sequence_nr)
         self._stats = _Stats(self.stats_on_host)
         self._stdlib = str(Path(os.__file__).parent.resolve()) + os.sep
         self._library_roots = (
@@ -559,6 +588,8 @@ class Capture:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 return capture._on_op(func, args, kwargs or {})
 
+        _CAPTURES.add(self)
+        self._set_live()
         self._mode = _Mode()
         self._mode.__enter__()
         from torch.nn.modules import module as nn_module
@@ -577,6 +608,7 @@ class Capture:
         if self._closed:
             return
         self._closed = True
+        self._live = False
         # A mode taken off for an optimizer step that raised is simply not put back.
         self._optimizer_frames = []
         self._in_optimizer = 0
@@ -589,10 +621,9 @@ class Capture:
                 AssertionError,
             ):  # the mode stack was left inconsistent by the user
                 log.warning("dump: dispatch mode was not on top of the stack at close")
-        for handle in self._handles + self._grad_hooks:
+        for handle in self._handles:
             handle.remove()
         self._handles = []
-        self._grad_hooks = []
         if self._stats is not None and self._stats._pool is not None:
             self._stats._pool.shutdown()
         if os.getpid() != self._pid or not self._opened:
@@ -623,13 +654,13 @@ class Capture:
             if self._store is not None:
                 self._store.finish_step()
         self.current_step += 1
+        self._set_live()
         self._calls.clear()
         self._entered.clear()
         self._cache.clear()
-        for handle in self._grad_hooks:
-            handle.remove()
-        self._grad_hooks = []
-        self._backward_active = []
+        self._node_modules.clear()
+        del self._marks[: self._marks_before], self._marked[: self._marks_before]
+        self._marks_before = len(self._marks)
 
     # -- opening and writing -----------------------------------------------------------------
 
@@ -739,25 +770,15 @@ class Capture:
     # -- what is being recorded now ----------------------------------------------------------
 
     def _active(self) -> bool:
-        if self._closed or os.getpid() != self._pid:
-            return False
-        return self.current_step >= self.first_step and (
-            self.last_step is None or self.current_step <= self.last_step
+        return self._live
+
+    def _set_live(self) -> None:
+        self._live = (
+            not self._closed
+            and os.getpid() == self._pid
+            and self.current_step >= self.first_step
+            and (self.last_step is None or self.current_step <= self.last_step)
         )
-
-    def _phase(self) -> str:
-        if self._torch._C._current_graph_task_id() != -1:
-            return "backward"
-        if self._in_optimizer:
-            return "optimizer"
-        if self._forward_stack or self._torch.is_grad_enabled():
-            return "forward"
-        return "other"
-
-    def _module(self, phase: str) -> str:
-        if phase == "backward":
-            return self._backward_active[-1] if self._backward_active else ""
-        return self._forward_stack[-1] if self._forward_stack else ""
 
     def _wanted(self, module: str, op: str) -> bool:
         if self.module_filters and not any(
@@ -850,16 +871,14 @@ class Capture:
         else:
             assert self._stats is not None
             entry = _Entry(dtype, shape, self._stats.compute(t), src)
-        version = _version(t)
-        if version is None:  # an inference tensor: changes to it could not be seen
-            return entry
-        if mutated:
-            version += 1
         try:
-            ref = weakref.ref(t, lambda _r, k=key, cache=self._cache: cache.pop(k, None))
-        except TypeError:
+            version = t._version
+        except RuntimeError:  # an inference tensor: changes to it could not be seen
             return entry
-        self._cache[key] = (ref, version, entry)
+        cache = self._cache
+        cache[key] = (weakref.ref(t), version + 1 if mutated else version, entry)
+        if len(cache) > self._cache_limit:
+            self._prune()
         return entry
 
     def _desc_of(self, entry: _Entry) -> dict[str, Any]:
@@ -913,13 +932,14 @@ class Capture:
     # -- hooks -------------------------------------------------------------------------------
 
     def _on_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        if self._busy or not self._active():
+        if self._busy or not self._live:
             return func(*args, **kwargs)
-        # The phase (as _phase() works it out) and module, inline: this runs for every op.
+        # The phase and module, inline: this runs for every op.
         torch_c = self._C
+        node_name = None
         if torch_c._current_graph_task_id() != -1:
             phase = "backward"
-            module = self._backward_active[-1] if self._backward_active else ""
+            module, node_name = self._backward_module(torch_c._current_autograd_node())
         else:
             if self._in_optimizer:
                 phase = "optimizer"
@@ -942,31 +962,32 @@ class Capture:
         try:
             if info[5] and not self.views:
                 result = info[6](*args, **kwargs)
-                if self._pass_view(args, result, info):
+                if self._pass_view(args[0] if args else None, result, info):
                     return result
                 # A view this cannot vouch for (see _pass_view): recorded like any op.
-                return self._record_op(args, kwargs, phase, info, module, result)
-            return self._record_op(args, kwargs, phase, info, module)
+                return self._record_op(args, kwargs, phase, info, module, node_name, result)
+            return self._record_op(args, kwargs, phase, info, module, node_name)
         finally:
             self._busy = False
 
-    def _pass_view(self, args: tuple, result: Any, info: tuple) -> bool:
+    def _pass_view(self, source: Any, result: Any, info: tuple) -> bool:
         """Give a view's output the entry of the tensor it views (statistics, src, saved data).
 
         Statistics still waiting for a device batch are shared as the index into it (the
         flush fills in every cached entry). False, and nothing cached, when the output is
         not one tensor with the elements of the first argument: the op is then recorded.
         """
-        source = args[0] if args else None
-        tensor = _tensor_type()
+        tensor = self._tensor
         if not (isinstance(source, tensor) and isinstance(result, tensor)):
             return False
         # The view shares its source's version counter once the op returns (torch links
         # them above the dispatch mode: inside it the view still shows a counter of its own).
-        version = _version(source)
-        if version is None:  # inference tensors: no counter, so no cache; record the view
+        try:
+            version = source._version
+        except RuntimeError:  # an inference tensor: no counter, so no cache; record the view
             return False
-        hit = self._cache.get(id(source))
+        cache = self._cache
+        hit = cache.get(id(source))
         if hit is not None and hit[0]() is source and hit[1] == version:
             base = hit[2]
         else:
@@ -976,7 +997,7 @@ class Capture:
             if entry is None:  # statistics still on the device (or none): measure the output
                 assert self._stats is not None
                 entry = _Entry(_dtype_name(result.dtype), list(result.shape), self._stats.compute(result), None)
-        elif result.numel() == _numel(base.shape):
+        elif result.numel() == source.numel():
             entry = _Entry(_dtype_name(result.dtype), list(result.shape), base.stats, None)
         else:
             return False
@@ -984,13 +1005,17 @@ class Capture:
         entry.uninitialised = base.uninitialised
         if info[3]:  # same element order: with full tensors, the saved bytes are the view's too
             entry.data = base.data
-        key = id(result)
-        try:
-            ref = weakref.ref(result, lambda _r, k=key, cache=self._cache: cache.pop(k, None))
-        except TypeError:
-            return False
-        self._cache[key] = (ref, version, entry)
+        cache[id(result)] = (weakref.ref(result), version, entry)
+        if len(cache) > self._cache_limit:
+            self._prune()
         return True
+
+    def _prune(self) -> None:
+        """Drop the cache entries of tensors that no longer exist."""
+        cache = self._cache
+        for key in [key for key, hit in cache.items() if hit[0]() is None]:
+            del cache[key]
+        self._cache_limit = max(_CACHE_PRUNE, 2 * len(cache))
 
     def _record_op(
         self,
@@ -999,6 +1024,7 @@ class Capture:
         phase: str,
         info: tuple,
         module: str,
+        node_name: str | None,
         result: Any = _NOT_RUN,
     ) -> Any:
         """Record one op and return its result; `result`: the op already ran (a view, which changes no input)."""
@@ -1085,10 +1111,8 @@ class Capture:
             "in": in_desc,
             "out": out_desc,
         }
-        if phase == "backward":
-            node = self._C._current_autograd_node()
-            if node is not None:
-                record["node"] = node.name()
+        if node_name is not None:
+            record["node"] = node_name
         self._records.append(record)
         self._waiting_tensors += len(in_desc) + len(out_desc)
         if self._waiting_tensors >= self.flush_every:
@@ -1185,43 +1209,36 @@ class Capture:
             if is_root:
                 for index, tensor in enumerate(_tensors_in(args, {})):
                     self._leaf_record("input", name, str(index), tensor, "forward")
-        # Gradient hooks only attribute backward ops to modules: none when they are not recorded.
-        if self._backward and self._torch.is_grad_enabled():
-            tensors = [t for t in _tensors_in(args, {}) if t.requires_grad]
-            if tensors:
-                self._grad_hooks.append(self._when_grads(tensors, self._leave_backward, name))
+        self._marks.append(self._sequence_nr())
+        self._marked.append(name)
 
     def _on_module_exit(self, mod: Any, args: tuple, output: Any) -> None:
         if self._busy or not self._forward_stack or os.getpid() != self._pid:
             return
-        name = self._forward_stack.pop()
-        if not self._backward or not self._active() or not self._torch.is_grad_enabled():
-            return
-        tensors = [t for t in _tensors_out(output) if t.requires_grad]
-        if tensors:
-            self._grad_hooks.append(self._when_grads(tensors, self._enter_backward, name))
+        self._forward_stack.pop()
+        self._marks.append(self._sequence_nr())
+        self._marked.append(self._forward_stack[-1] if self._forward_stack else "")
 
-    def _when_grads(self, tensors: list[Any], fn: Callable[[str], None], name: str) -> Any:
-        """Call fn(name) once the gradients of all `tensors` are computed; a removable handle.
+    def _backward_module(self, node: Any) -> tuple[str, str | None]:
+        """The module whose forward made the autograd node now running, and the node's name.
 
-        One tensor (most modules): its own gradient hook, which is what
-        register_multi_grad_hook installs too, without that function's bookkeeping.
+        A gradient accumulator (AccumulateGrad) is made for its parameter, not by an op:
+        it belongs to the parameter's module.
         """
-        if len(tensors) == 1:
-            return tensors[0].register_hook(lambda _g: fn(name))
-        return self._torch.autograd.graph.register_multi_grad_hook(tensors, lambda _g: fn(name))
-
-    def _enter_backward(self, name: str) -> None:
-        self._backward_active.append(name)
-        # Hooks of nested modules sharing an output tensor fire in any order: keep the
-        # deepest module last, since that is the one whose backward runs first.
-        self._backward_active.sort(key=lambda n: n.count("."))
-
-    def _leave_backward(self, name: str) -> None:
-        for i in range(len(self._backward_active) - 1, -1, -1):
-            if self._backward_active[i] == name:
-                del self._backward_active[i]
-                break
+        if node is None:
+            return "", None
+        number = node._sequence_nr()
+        known = self._node_modules.get(number)
+        if known is not None:
+            return known
+        name = node.name()
+        variable = getattr(node, "variable", None) if name.endswith("AccumulateGrad") else None
+        if variable is not None:
+            # Every accumulator has the same (largest) number: not cached by it.
+            return self._param_names.get(id(variable), ("", ""))[0], name
+        at = bisect.bisect_right(self._marks, number) - 1
+        known = self._node_modules[number] = (self._marked[at] if at >= 0 else "", name)
+        return known
 
     def _record_step_start(self) -> None:
         torch = self._torch
@@ -1368,6 +1385,12 @@ def _version(t: Any) -> int | None:
         return t._version
     except RuntimeError:
         return None
+
+
+def _no_sequence_nr() -> int:
+    """Stands in for torch.autograd._get_sequence_nr where torch lacks it: past every node's
+    number, so no mark precedes a node and backward ops have no module."""
+    return 1 << 64
 
 
 def _numel(shape: list[int]) -> int:
