@@ -14,17 +14,58 @@ import contextlib
 import ctypes
 import logging
 import os
+import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from accelport.fileio import user_cache_dir
 
 log = logging.getLogger(__name__)
 
 ENV_VAR = "ACCELPORT_NATIVE"
+T = TypeVar("T")
 # A build step: a command whose words may name "{src}", "{obj}" and "{out}".
 Step = Sequence[str]
+
+
+class Once(Generic[T]):
+    """A compiled helper loaded at most once per process.
+
+    `get()` builds and loads it on first use (`load()`), and returns None when it is turned
+    off (ACCELPORT_NATIVE or one of `variables` set to 0) or could not be loaded: callers
+    then take their Python path.
+    """
+
+    def __init__(self, load: Callable[[], T], logger: logging.Logger, message: str, *variables: str) -> None:
+        self._load = load
+        self._log = logger
+        self._message = message  # logged at INFO with the reason when loading fails: "...(%s)..."
+        self.variables = variables
+        self._lock = threading.Lock()
+        self._loaded: T | None = None
+        self._tried = False
+
+    def get(self) -> T | None:
+        if disabled(*self.variables):
+            return None
+        if self._tried:
+            return self._loaded
+        with self._lock:
+            if not self._tried:
+                try:
+                    self._loaded = self._load()
+                except Exception as exc:  # any failure means: the Python path
+                    self._log.info(self._message, exc)
+                    self._loaded = None
+                self._tried = True
+        return self._loaded
+
+    def reset(self) -> None:
+        """Forget what was loaded (tests use it to exercise building and the fallback)."""
+        with self._lock:
+            self._loaded, self._tried = None, False
 
 
 def disabled(*variables: str) -> bool:
@@ -77,6 +118,43 @@ def load_library(
     path of a runtime it links against). Raises RuntimeError when there is no compiler
     or nothing builds; callers fall back to their slow path.
     """
+    with _built(stem, source, attempts, key, ".so") as path:
+        return ctypes.CDLL(str(path)), path
+
+
+def load_extension(name: str, source: Path, attempts: Sequence[Sequence[Step]], *, key: Sequence[str] = ()) -> Any:
+    """Build `source` as the CPython extension module `name` (unless cached) and import it.
+
+    For helpers that work on Python objects (a ctypes call costs a microsecond; a call
+    into an extension, a few dozen nanoseconds). The build must find Python's headers:
+    `python_include()` gives the folder. Raises RuntimeError like `load_library`.
+    """
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    with _built(name.rpartition(".")[2], source, attempts, (*key, sys.version), suffix) as path:
+        loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+        spec = importlib.util.spec_from_loader(name, loader)
+        if spec is None:
+            raise RuntimeError(f"{path}: not loadable as {name}")
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        return module
+
+
+def python_include() -> str | None:
+    """The folder holding Python.h for this interpreter, or None where the headers are not installed."""
+    import sysconfig
+
+    folder = sysconfig.get_paths().get("include")
+    return folder if folder and os.path.isfile(os.path.join(folder, "Python.h")) else None
+
+
+@contextlib.contextmanager
+def _built(stem: str, source: Path, attempts: Sequence[Sequence[Step]], key: Sequence[str], suffix: str) -> Iterator[Path]:
+    """The built file for `source` in the cache folder (built now if missing), keyed by everything it depends on."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler (set CC)")
@@ -95,11 +173,11 @@ def load_library(
 
         scratch = tempfile.mkdtemp(prefix="accelport-native-")
         folder = Path(scratch)
-    path = folder / f"{stem}-{digest:08x}.so"
+    path = folder / f"{stem}-{digest:08x}{suffix}"
     try:
         if not path.exists():
             build_library(cc, source, path, attempts)
-        return ctypes.CDLL(str(path)), path
+        yield path
     finally:
         if scratch is not None:
             import shutil

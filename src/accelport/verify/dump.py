@@ -473,6 +473,7 @@ class Capture:
         stats_on_host: bool = True,
         lazy: bool = False,
         views: bool = False,
+        compiled: bool = True,
     ) -> None:
         self.folder = Path(run_dir)
         self.tensors = tensors
@@ -496,6 +497,8 @@ class Capture:
         self.stats_on_host = stats_on_host
         self.lazy = lazy  # create the folder at the first record (used by the CLI wrapper)
         self.views = views  # record view ops too (see _VIEW_OPS)
+        self.compiled = compiled  # per-op path in C where it can be built (recorder.py)
+        self.recorder = ""  # which ran: "compiled" or "python" (set at start)
         self.current_step = 0
         self._pid = os.getpid()
         self._live = False  # recording now: started, not closed, this process, a step in range (_set_live)
@@ -580,13 +583,23 @@ class Capture:
             str(Path(__file__).parents[1].resolve()) + os.sep,
             self._stdlib,
         )
+        compiled = self._compiled_recorder()
+        self.recorder = "compiled" if compiled is not None else "python"
+        compiled_on_op = compiled.on_op if compiled is not None else None
         if not self.lazy:
             self._open()
         capture = self
 
         class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                return capture._on_op(func, args, kwargs or {})
+            if compiled is None:
+
+                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                    return capture._on_op(func, args, kwargs or {})
+
+            else:
+
+                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                    return compiled_on_op(capture, func, args, kwargs or {})
 
         _CAPTURES.add(self)
         self._set_live()
@@ -602,6 +615,15 @@ class Capture:
 
         self._handles.append(optim.register_optimizer_step_pre_hook(self._on_optimizer_pre))
         self._handles.append(optim.register_optimizer_step_post_hook(self._on_optimizer_post))
+
+    def _compiled_recorder(self) -> Any:
+        """The C version of _on_op (recorder.py) where it applies: statistics measured on the
+        host, no tensors saved, no checksums; None otherwise or where it cannot be built."""
+        if self.tensors or self.checksums or not self.stats_on_host or not self.compiled:
+            return None
+        from accelport.verify import recorder
+
+        return recorder.load()
 
     def close(self) -> None:
         """Flush everything, write the end record and stop capturing."""
@@ -719,6 +741,7 @@ class Capture:
             "stat_fields": list(dumpfile.STAT_FIELDS),
             "checksums": self.checksums,
             "views": self.views,
+            "recorder": self.recorder,
             "steps": [self.first_step, self.last_step],
             "phases": sorted(self.phases),
             "filters": {
@@ -809,13 +832,7 @@ class Capture:
             code = frame.f_code
             library = cache.get(code)
             if library is None:
-                filename = code.co_filename
-                path = os.path.abspath(filename)
-                library = filename.startswith("<") or (
-                    path.startswith(self._library_roots)
-                    and not (path.startswith(self._stdlib) and "-packages" in path)
-                )
-                cache[code] = library
+                library = self._library_code(code)
             if not library:
                 # Built once per code location (the path is relative to the working
                 # directory: a chdir starts the table again).
@@ -826,10 +843,26 @@ class Capture:
                 where = (code, frame.f_lineno)
                 line = self._lines.get(where)
                 if line is None:
-                    line = self._lines[where] = f"{_short_path(code.co_filename)}:{where[1]}"
+                    line = self._line_text(code, where[1])
                 return line
             frame = frame.f_back
         return None
+
+    def _library_code(self, code: Any) -> bool:
+        """Is this code torch's, accelport's or the standard library's (not the user's)? Cached per code object."""
+        filename = code.co_filename
+        path = os.path.abspath(filename)
+        library = filename.startswith("<") or (
+            path.startswith(self._library_roots)
+            and not (path.startswith(self._stdlib) and "-packages" in path)
+        )
+        self._frame_cache[code] = library
+        return library
+
+    def _line_text(self, code: Any, line: int) -> str:
+        """"file:line" of a code location, relative to the working directory; kept in _lines."""
+        text = self._lines[(code, line)] = f"{_short_path(code.co_filename)}:{line}"
+        return text
 
     def _call_index(self, phase: str, module: str, op: str) -> int:
         key = (phase, module, op)
@@ -1028,7 +1061,7 @@ class Capture:
         result: Any = _NOT_RUN,
     ) -> Any:
         """Record one op and return its result; `result`: the op already ran (a view, which changes no input)."""
-        op, uninitialised, aliasing, same_order, expand, _view, run_op = info
+        op, run_op = info[0], info[6]
         if not self._opened:
             self._open()
         save = self.tensors and self._save_tensors_of(module, op)
@@ -1061,37 +1094,7 @@ class Capture:
         if result is _NOT_RUN:
             result = run_op(*args, **kwargs)
         outputs = _tensors_out(result)
-        alias = in_entries[0] if aliasing and in_entries else None
-        if expand and in_entries and isinstance(in_entries[0].stats, list):
-            alias = _replicated(in_entries[0], outputs)
-        out_desc = []
-        for i, t in enumerate(outputs):
-            if uninitialised:
-                entry = _Entry(_dtype_name(t.dtype), list(t.shape), None, seq)
-                entry.uninitialised = True
-                desc: dict[str, Any] = {
-                    "dtype": entry.dtype,
-                    "shape": entry.shape,
-                    "stats": None,
-                    "uninitialised": True,
-                }
-                version = _version(t)
-                if version is not None:
-                    with contextlib.suppress(TypeError):
-                        cache[id(t)] = (weakref.ref(t), version, entry)
-            else:
-                mutated = False
-                for u in inputs:
-                    if u is t:
-                        mutated = True
-                        break
-                entry = entry_of(t, src=seq, fresh=True, alias_of=alias, same_order=same_order,
-                                 mutated=mutated)  # fmt: skip
-                if shared:
-                    desc = self._desc_of(entry)
-                else:
-                    desc = describe(entry, t, save, step, f"{seq}.out.{i}" if save else "")
-            out_desc.append(desc)
+        out_desc = self._output_descs(outputs, inputs, in_entries, seq, info, save, step)
         line = self._user_line() if phase != "backward" else self._call_sites.get(module)
         calls = self._calls
         call_key = (phase, module, op)
@@ -1118,6 +1121,58 @@ class Capture:
         if self._waiting_tensors >= self.flush_every:
             self._flush()
         return result
+
+    def _output_descs(
+        self,
+        outputs: list[Any],
+        inputs: list[Any],
+        in_entries: list[_Entry],
+        seq: int,
+        info: tuple,
+        save: bool = False,
+        step: int = 0,
+    ) -> list[dict[str, Any]]:
+        """The descriptions of an op's outputs (measured, or shared with the input they alias), each cached."""
+        _op, uninitialised, aliasing, same_order, expand, _view, _run = info
+        shared = not (save or self.checksums)
+        cache = self._cache
+        alias = in_entries[0] if aliasing and in_entries else None
+        if expand and in_entries and isinstance(in_entries[0].stats, list):
+            alias = _replicated(in_entries[0], outputs)
+        out_desc = []
+        for i, t in enumerate(outputs):
+            if uninitialised:
+                entry = _Entry(_dtype_name(t.dtype), list(t.shape), None, seq)
+                entry.uninitialised = True
+                desc: dict[str, Any] = {
+                    "dtype": entry.dtype,
+                    "shape": entry.shape,
+                    "stats": None,
+                    "uninitialised": True,
+                }
+                version = _version(t)
+                if version is not None:
+                    with contextlib.suppress(TypeError):
+                        cache[id(t)] = (weakref.ref(t), version, entry)
+            else:
+                mutated = False
+                for u in inputs:
+                    if u is t:
+                        mutated = True
+                        break
+                entry = self._entry(t, src=seq, fresh=True, alias_of=alias, same_order=same_order,
+                                    mutated=mutated)  # fmt: skip
+                if shared:
+                    desc = self._desc_of(entry)
+                else:
+                    desc = self._describe(entry, t, save, step, f"{seq}.out.{i}" if save else "")
+            out_desc.append(desc)
+        return out_desc
+
+    def _compute(self, t: Any) -> Any:
+        """The statistics of a tensor (the compiled recorder asks for those it does not measure itself)."""
+        assert self._stats is not None
+        return self._stats.compute(t)
 
     def _identity(
         self, kind: str, seq: int, step: int, phase: str, op: str, module: str, line: str | None
@@ -1498,7 +1553,16 @@ def _arg_json(value: Any, counter: list[int], tensor_type: type) -> Any:
         return {"torch": text[len("torch.") :]}
     if type(value).__name__ == "device":
         return {"device": text}
+    if type(value).__name__ == "Generator" and hasattr(value, "initial_seed"):
+        # Its repr holds an address, different in every run: the seed and device identify it.
+        return {"generator": {"device": str(value.device), "seed": value.initial_seed()}}
     return {"repr": repr(value)}
+
+
+def _arg_json_at(value: Any, index: int) -> tuple[Any, int]:
+    """_arg_json for the compiled recorder: the JSON and the next tensor index."""
+    counter = [index]
+    return _arg_json(value, counter, _tensor_type()), counter[0]
 
 
 def _host_bytes(t: Any) -> memoryview:

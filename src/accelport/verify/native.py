@@ -18,7 +18,6 @@ import logging
 import math
 import os
 import struct
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +38,6 @@ _FLAG_SETS = (
 _COMMON = ("-shared", "-fPIC", "-Wno-psabi")
 
 PARALLEL_MIN = 1 << 16  # elements: below this one thread is faster than waking a team
-_lock = threading.Lock()
-_loaded: Kernels | None = None
-_tried = False
 
 
 class Kernels:
@@ -97,28 +93,13 @@ class Kernels:
 
 
 def kernels() -> Kernels | None:
-    """The compiled kernels, building them on the first call; None when they are unavailable."""
-    global _loaded, _tried
-    if native.disabled(ENV_VAR):
-        return None
-    if _tried:
-        return _loaded
-    with _lock:
-        if not _tried:
-            try:
-                _loaded = _load()
-            except Exception as exc:  # any failure means: use numpy
-                log.info("dump: compiled statistics unavailable (%s); using numpy", exc)
-                _loaded = None
-            _tried = True
-    return _loaded
+    """The compiled kernels, building them on the first call; None when they are unavailable (numpy is used)."""
+    return _once.get()
 
 
 def reset() -> None:
     """Forget the loaded kernels (tests use it to exercise building and the fallback)."""
-    global _loaded, _tried
-    with _lock:
-        _loaded, _tried = None, False
+    _once.reset()
 
 
 def _openmp_runtime() -> str | None:
@@ -190,3 +171,8 @@ def _self_check(kernels: Kernels) -> None:
                 raise RuntimeError(
                     f"self-check failed for {dtype} on threads: {list(out)} != {want}"
                 )
+
+
+_once: native.Once[Kernels] = native.Once(
+    lambda: _load(), log, "dump: compiled statistics unavailable (%s); using numpy", ENV_VAR
+)

@@ -1,0 +1,996 @@
+/* The per-op path of `accelport dump` in statistics mode, as a CPython extension (compiled
+ * at first use by accelport/verify/recorder.py; Capture._on_op in dump.py is the same path
+ * in Python, the reference and the fallback: both must write the same records).
+ *
+ * Called for every ATen op the dispatch mode sees, it works out the phase and module, runs
+ * the op, and writes the record into the capture's pending list: the inputs' descriptions
+ * from the cache, the outputs measured by the one-pass statistics kernel (_stats.c, called
+ * directly through the function pointers native.py loaded), the user-code line, the call
+ * index and the non-tensor arguments. State lives on the Capture object (the same attributes
+ * the Python path uses); anything off the common path (a cache miss, an alias, an expand, an
+ * uninitialised output, a strided or non-float tensor, device statistics) is handed to the
+ * Python method that does it, so each rule exists once.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+
+#define VERSION 1
+
+typedef void (*sweep_fn)(const void *, int64_t, double *);
+typedef int (*sweep_par_fn)(const void *, int64_t, double *, int);
+
+/* Set once by setup(). */
+static PyObject *TensorType, *EntryType, *NotRun, *Strided, *DtypeNames;
+static PyObject *GraphTaskId, *AutogradNode, *GradEnabled, *GetNumThreads, *GetCwd;
+static PyObject *OpInfoFn, *DtypeNameFn, *JsonStatsFn, *ArgJsonFn;
+static PyObject *Dtypes[3];   /* torch.float32, torch.float64, torch.bfloat16 */
+static PyObject *One;
+static sweep_fn Sweep[3];
+static sweep_par_fn SweepPar[3];
+static int64_t ParallelMin;
+static int OpenMP;
+
+/* Interned names. */
+static PyObject *s_busy, *s_live, *s_in_optimizer, *s_forward_stack, *s_phases, *s_op_info,
+    *s_filtered, *s_views, *s_cache, *s_cache_limit, *s_node_modules, *s_seq, *s_current_step,
+    *s_calls, *s_call_sites, *s_records, *s_waiting, *s_flush_every, *s_opened, *s_frame_cache,
+    *s_lines, *s_lines_cwd, *s_version, *s_is_cpu, *s_dtype, *s_layout, *s_shape, *s_numel,
+    *s_is_contiguous, *s_data_ptr, *s_sequence_nr, *s_stats, *s_src, *s_data, *s_desc,
+    *s_uninitialised, *m_open, *m_entry, *m_backward_module, *m_wanted, *m_pass_view,
+    *m_flush, *m_prune, *m_library_code, *m_line_text, *m_desc_of, *m_compute_out;
+static PyObject *k_k, *k_seq, *k_step, *k_phase, *k_op, *k_module, *k_call, *k_line, *k_args,
+    *k_in, *k_out, *k_node, *k_t, *k_a, *k_kw, *k_float,
+    *v_op, *v_backward, *v_forward, *v_optimizer, *v_other, *v_empty;
+
+/* -- small helpers ------------------------------------------------------------------------- */
+
+static int truthy(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *call0(PyObject *obj, PyObject *name) {
+    return PyObject_CallMethodNoArgs(obj, name);
+}
+
+static int is_tensor(PyObject *v) {
+    if (Py_TYPE(v) == (PyTypeObject *)TensorType) return 1;
+    return PyObject_IsInstance(v, TensorType);
+}
+
+/* Tensors among the arguments (one level into lists and tuples), as dump._tensors_in. */
+static PyObject *tensors_in(PyObject *args, PyObject *kwargs) {
+    PyObject *found = PyList_New(0);
+    if (found == NULL) return NULL;
+    for (int part = 0; part < 2; part++) {
+        PyObject *values;
+        if (part == 0) {
+            values = args; Py_INCREF(values);
+        } else {
+            if (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0) break;
+            values = PyDict_Values(kwargs);
+            if (values == NULL) goto fail;
+        }
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(values);
+        PyObject **items = PySequence_Fast_ITEMS(values);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = items[i];
+            int t = is_tensor(v);
+            if (t < 0) { Py_DECREF(values); goto fail; }
+            if (t) {
+                if (PyList_Append(found, v) < 0) { Py_DECREF(values); goto fail; }
+            } else if (PyList_Check(v) || PyTuple_Check(v)) {
+                Py_ssize_t m = PySequence_Fast_GET_SIZE(v);
+                PyObject **inner = PySequence_Fast_ITEMS(v);
+                for (Py_ssize_t j = 0; j < m; j++) {
+                    int u = is_tensor(inner[j]);
+                    if (u < 0 || (u && PyList_Append(found, inner[j]) < 0)) { Py_DECREF(values); goto fail; }
+                }
+            }
+        }
+        Py_DECREF(values);
+    }
+    return found;
+fail:
+    Py_DECREF(found);
+    return NULL;
+}
+
+/* Tensors in an op's result, as dump._tensors_out. */
+static PyObject *tensors_out(PyObject *result) {
+    PyObject *found = PyList_New(0);
+    if (found == NULL) return NULL;
+    int t = is_tensor(result);
+    if (t < 0) goto fail;
+    if (t) {
+        if (PyList_Append(found, result) < 0) goto fail;
+        return found;
+    }
+    if (PyList_Check(result) || PyTuple_Check(result)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(result);
+        PyObject **items = PySequence_Fast_ITEMS(result);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = items[i];
+            int u = is_tensor(v);
+            if (u < 0) goto fail;
+            if (u) {
+                if (PyList_Append(found, v) < 0) goto fail;
+            } else if (PyList_Check(v) || PyTuple_Check(v)) {
+                Py_ssize_t m = PySequence_Fast_GET_SIZE(v);
+                PyObject **inner = PySequence_Fast_ITEMS(v);
+                for (Py_ssize_t j = 0; j < m; j++) {
+                    int w = is_tensor(inner[j]);
+                    if (w < 0 || (w && PyList_Append(found, inner[j]) < 0)) goto fail;
+                }
+            }
+        }
+    }
+    return found;
+fail:
+    Py_DECREF(found);
+    return NULL;
+}
+
+/* The cached entry of tensor t when it is unchanged since (a borrowed reference), or NULL
+ * with no error set. `cache` maps id(t) to (weak reference, version, entry). */
+static PyObject *cached(PyObject *cache, PyObject *t, PyObject *version) {
+    PyObject *key = PyLong_FromVoidPtr(t);
+    if (key == NULL) return NULL;
+    PyObject *hit = PyDict_GetItemWithError(cache, key);
+    Py_DECREF(key);
+    if (hit == NULL || !PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 3) return NULL;
+    PyObject *alive = PyWeakref_GetObject(PyTuple_GET_ITEM(hit, 0));
+    if (alive != t) return NULL;
+    int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(hit, 1), version, Py_EQ);
+    if (same <= 0) {
+        if (same < 0) PyErr_Clear();
+        return NULL;
+    }
+    return PyTuple_GET_ITEM(hit, 2);
+}
+
+/* t._version, or NULL with no error set for an inference tensor (which has none). */
+static PyObject *version_of(PyObject *t) {
+    PyObject *v = PyObject_GetAttr(t, s_version);
+    if (v == NULL && PyErr_ExceptionMatches(PyExc_RuntimeError)) PyErr_Clear();
+    return v;
+}
+
+/* Keep entry for t under `version` (a new key in the cache; prunes when over its limit). */
+static int remember(PyObject *cap, PyObject *cache, PyObject *t, PyObject *version, PyObject *entry) {
+    PyObject *ref = PyWeakref_NewRef(t, NULL);
+    if (ref == NULL) return -1;
+    PyObject *item = PyTuple_Pack(3, ref, version, entry);
+    Py_DECREF(ref);
+    if (item == NULL) return -1;
+    PyObject *key = PyLong_FromVoidPtr(t);
+    if (key == NULL) { Py_DECREF(item); return -1; }
+    int r = PyDict_SetItem(cache, key, item);
+    Py_DECREF(key);
+    Py_DECREF(item);
+    if (r < 0) return -1;
+    PyObject *limit = PyObject_GetAttr(cap, s_cache_limit);
+    if (limit == NULL) return -1;
+    Py_ssize_t over = PyDict_GET_SIZE(cache) > PyLong_AsSsize_t(limit);
+    Py_DECREF(limit);
+    if (over) {
+        PyObject *r2 = call0(cap, m_prune);
+        if (r2 == NULL) return -1;
+        Py_DECREF(r2);
+    }
+    return 0;
+}
+
+/* A new _Entry(dtype, shape, stats, src) (slots set directly, as its __init__ does). */
+static PyObject *new_entry(PyObject *dtype, PyObject *shape, PyObject *stats, PyObject *src) {
+    PyObject *empty = PyTuple_New(0);
+    if (empty == NULL) return NULL;
+    PyObject *entry = ((PyTypeObject *)EntryType)->tp_new((PyTypeObject *)EntryType, empty, NULL);
+    Py_DECREF(empty);
+    if (entry == NULL) return NULL;
+    if (PyObject_SetAttr(entry, s_uninitialised, Py_False) < 0 ||
+        PyObject_SetAttr(entry, s_dtype, dtype) < 0 || PyObject_SetAttr(entry, s_shape, shape) < 0 ||
+        PyObject_SetAttr(entry, s_stats, stats) < 0 || PyObject_SetAttr(entry, s_src, src) < 0 ||
+        PyObject_SetAttr(entry, s_data, Py_None) < 0 || PyObject_SetAttr(entry, s_desc, Py_None) < 0) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    return entry;
+}
+
+static PyObject *dtype_name(PyObject *dtype) {
+    PyObject *name = PyDict_GetItemWithError(DtypeNames, dtype);
+    if (name != NULL) { Py_INCREF(name); return name; }
+    if (PyErr_Occurred()) return NULL;
+    return PyObject_CallOneArg(DtypeNameFn, dtype);
+}
+
+/* Is t.<name> (called when `call`) the object `want`? 1, 0, or -1 on error. */
+static int is_value(PyObject *t, PyObject *name, int call, PyObject *want) {
+    PyObject *v = call ? call0(t, name) : PyObject_GetAttr(t, name);
+    if (v == NULL) return -1;
+    int same = v == want;
+    Py_DECREF(v);
+    return same;
+}
+
+/* Statistics of a contiguous float32/float64/bfloat16 CPU tensor by the kernel, as
+ * _Stats.compute's first path does (same kernel, same _finish arithmetic); Py_None (a new
+ * reference) when the tensor is not one of those: the caller asks Python. */
+static PyObject *kernel_stats(PyObject *t) {
+    int kind = -1;
+    int on_cpu = is_value(t, s_is_cpu, 0, Py_True);
+    if (on_cpu <= 0 || Sweep[0] == NULL) return on_cpu < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *dtype = PyObject_GetAttr(t, s_dtype);
+    if (dtype == NULL) return NULL;
+    for (int i = 0; i < 3; i++)
+        if (dtype == Dtypes[i]) kind = i;
+    Py_DECREF(dtype);
+    if (kind < 0) Py_RETURN_NONE;
+    int strided = is_value(t, s_layout, 0, Strided);
+    if (strided <= 0) return strided < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *numel = call0(t, s_numel);
+    if (numel == NULL) return NULL;
+    long long n = PyLong_AsLongLong(numel);
+    Py_DECREF(numel);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n <= 0) Py_RETURN_NONE;
+    int dense = is_value(t, s_is_contiguous, 1, Py_True);
+    if (dense <= 0) return dense < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *ptr = call0(t, s_data_ptr);
+    if (ptr == NULL) return NULL;
+    void *data = PyLong_AsVoidPtr(ptr);
+    Py_DECREF(ptr);
+    if (data == NULL && PyErr_Occurred()) return NULL;
+    double o[9] = {INFINITY, -INFINITY, 0, 0, 0, 0, 0, 0, 0};
+    int done = 0;
+    if (n >= ParallelMin && OpenMP && SweepPar[kind] != NULL) {
+        PyObject *threads = PyObject_CallNoArgs(GetNumThreads);
+        if (threads == NULL) return NULL;
+        long k = PyLong_AsLong(threads);
+        Py_DECREF(threads);
+        if (k == -1 && PyErr_Occurred()) return NULL;
+        if (k > 1) {
+            Py_BEGIN_ALLOW_THREADS
+            SweepPar[kind](data, (int64_t)n, o, (int)k);
+            Py_END_ALLOW_THREADS
+            done = 1;
+        }
+    }
+    if (!done) {
+        Py_BEGIN_ALLOW_THREADS
+        Sweep[kind](data, (int64_t)n, o);
+        Py_END_ALLOW_THREADS
+    }
+    /* dump._finish */
+    double out[8];
+    if (o[8] == 0) {
+        out[0] = out[1] = out[2] = out[3] = out[4] = NAN;
+        out[5] = o[5]; out[6] = o[6]; out[7] = 0.0;
+    } else {
+        out[0] = o[0]; out[1] = o[1]; out[2] = o[2] / o[8]; out[3] = sqrt(o[3]);
+        out[4] = o[4] / o[8]; out[5] = o[5]; out[6] = o[6]; out[7] = o[7];
+    }
+    PyObject *list = PyList_New(8);
+    if (list == NULL) return NULL;
+    for (int i = 0; i < 8; i++) {
+        PyObject *f = PyFloat_FromDouble(out[i]);
+        if (f == NULL) { Py_DECREF(list); return NULL; }
+        PyList_SET_ITEM(list, i, f);
+    }
+    return list;
+}
+
+/* entry.desc, built the way Capture._new_desc/_desc_of build it when missing (a new reference). */
+static PyObject *desc_of(PyObject *cap, PyObject *entry) {
+    PyObject *desc = PyObject_GetAttr(entry, s_desc);
+    if (desc == NULL || desc != Py_None) return desc;
+    Py_DECREF(desc);
+    PyObject *stats = PyObject_GetAttr(entry, s_stats);
+    PyObject *data = stats ? PyObject_GetAttr(entry, s_data) : NULL;
+    if (data == NULL) { Py_XDECREF(stats); return NULL; }
+    int plain = PyList_CheckExact(stats) && data == Py_None;
+    Py_DECREF(data);
+    if (!plain) {  /* device statistics (an index), none, or saved data: Python's way */
+        Py_DECREF(stats);
+        return PyObject_CallMethodOneArg(cap, m_desc_of, entry);
+    }
+    /* _json_stats: the list itself when its sum is finite. */
+    double sum = 0.0;
+    Py_ssize_t n = PyList_GET_SIZE(stats);
+    int numbers = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyList_GET_ITEM(stats, i);
+        if (!PyFloat_CheckExact(v)) { numbers = 0; break; }
+        sum += PyFloat_AS_DOUBLE(v);
+    }
+    PyObject *json;
+    if (numbers && isfinite(sum)) {
+        json = stats;  /* the reference taken above */
+    } else {
+        json = PyObject_CallOneArg(JsonStatsFn, stats);
+        Py_DECREF(stats);
+        if (json == NULL) return NULL;
+    }
+    PyObject *dtype = PyObject_GetAttr(entry, s_dtype);
+    PyObject *shape = dtype ? PyObject_GetAttr(entry, s_shape) : NULL;
+    PyObject *src = shape ? PyObject_GetAttr(entry, s_src) : NULL;
+    PyObject *uninit = src ? PyObject_GetAttr(entry, s_uninitialised) : NULL;
+    desc = uninit ? PyDict_New() : NULL;
+    int bad = desc == NULL || PyDict_SetItem(desc, s_dtype, dtype) < 0 ||
+              PyDict_SetItem(desc, s_shape, shape) < 0 || PyDict_SetItem(desc, s_stats, json) < 0 ||
+              (src != Py_None && PyDict_SetItem(desc, s_src, src) < 0) ||
+              (PyObject_IsTrue(uninit) == 1 && PyDict_SetItem(desc, s_uninitialised, Py_True) < 0) ||
+              PyObject_SetAttr(entry, s_desc, desc) < 0;
+    Py_XDECREF(dtype); Py_XDECREF(shape); Py_XDECREF(src); Py_XDECREF(uninit); Py_DECREF(json);
+    if (bad) { Py_XDECREF(desc); return NULL; }
+    return desc;
+}
+
+/* -- arguments: dump._describe_args -------------------------------------------------------- */
+
+static int plain_arg(PyObject *v) {
+    return v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyUnicode_CheckExact(v);
+}
+
+static PyObject *arg_json(PyObject *v, Py_ssize_t *counter);
+
+static PyObject *tensor_ref(Py_ssize_t *counter) {
+    PyObject *index = PyLong_FromSsize_t((*counter)++);
+    if (index == NULL) return NULL;
+    PyObject *d = PyDict_New();
+    if (d == NULL || PyDict_SetItem(d, k_t, index) < 0) { Py_XDECREF(d); Py_DECREF(index); return NULL; }
+    Py_DECREF(index);
+    return d;
+}
+
+static PyObject *one_arg(PyObject *v, Py_ssize_t *counter) {
+    if (plain_arg(v)) { Py_INCREF(v); return v; }
+    if (Py_TYPE(v) == (PyTypeObject *)TensorType) return tensor_ref(counter);
+    return arg_json(v, counter);
+}
+
+static PyObject *arg_json(PyObject *v, Py_ssize_t *counter) {
+    int t = is_tensor(v);
+    if (t < 0) return NULL;
+    if (t) return tensor_ref(counter);
+    if (PyBool_Check(v) || PyLong_Check(v) || PyUnicode_Check(v)) { Py_INCREF(v); return v; }
+    if (PyFloat_Check(v)) {
+        if (isfinite(PyFloat_AS_DOUBLE(v))) { Py_INCREF(v); return v; }
+        PyObject *text = PyObject_Repr(v);
+        if (text == NULL) return NULL;
+        PyObject *d = PyDict_New();
+        if (d == NULL || PyDict_SetItem(d, k_float, text) < 0) { Py_XDECREF(d); Py_DECREF(text); return NULL; }
+        Py_DECREF(text);
+        return d;
+    }
+    if (PyList_Check(v) || PyTuple_Check(v)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+        PyObject **items = PySequence_Fast_ITEMS(v);
+        PyObject *out = PyList_New(n);
+        if (out == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *x = plain_arg(items[i]) ? (Py_INCREF(items[i]), items[i]) : arg_json(items[i], counter);
+            if (x == NULL) { Py_DECREF(out); return NULL; }
+            PyList_SET_ITEM(out, i, x);
+        }
+        return out;
+    }
+    /* dtypes, devices, layouts, memory formats and anything else: Python's rule. */
+    PyObject *index = PyLong_FromSsize_t(*counter);
+    if (index == NULL) return NULL;
+    PyObject *pair = PyObject_CallFunctionObjArgs(ArgJsonFn, v, index, NULL);
+    Py_DECREF(index);
+    if (pair == NULL) return NULL;
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        Py_DECREF(pair);
+        PyErr_SetString(PyExc_TypeError, "arg_json: expected (json, next index)");
+        return NULL;
+    }
+    *counter = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 1));
+    PyObject *json = PyTuple_GET_ITEM(pair, 0);
+    Py_INCREF(json);
+    Py_DECREF(pair);
+    return json;
+}
+
+static PyObject *describe_args(PyObject *args, PyObject *kwargs) {
+    Py_ssize_t counter = 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *positional = PyList_New(n);
+    if (positional == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = one_arg(PyTuple_GET_ITEM(args, i), &counter);
+        if (x == NULL) { Py_DECREF(positional); return NULL; }
+        PyList_SET_ITEM(positional, i, x);
+    }
+    PyObject *out = PyDict_New();
+    if (out == NULL || PyDict_SetItem(out, k_a, positional) < 0) goto fail;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyObject *named = PyDict_New();
+        if (named == NULL) goto fail;
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kwargs, &pos, &key, &value)) {
+            PyObject *x = plain_arg(value) ? (Py_INCREF(value), value) : arg_json(value, &counter);
+            if (x == NULL || PyDict_SetItem(named, key, x) < 0) { Py_XDECREF(x); Py_DECREF(named); goto fail; }
+            Py_DECREF(x);
+        }
+        int r = PyDict_SetItem(out, k_kw, named);
+        Py_DECREF(named);
+        if (r < 0) goto fail;
+    }
+    Py_DECREF(positional);
+    return out;
+fail:
+    Py_DECREF(positional);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* -- the user-code line: Capture._user_line ------------------------------------------------ */
+
+static PyObject *user_line(PyObject *cap) {
+    PyObject *frames = PyObject_GetAttr(cap, s_frame_cache);
+    if (frames == NULL) return NULL;
+    PyFrameObject *frame = PyEval_GetFrame();
+    Py_XINCREF(frame);
+    PyObject *line = NULL;
+    while (frame != NULL) {
+        PyCodeObject *code = PyFrame_GetCode(frame);
+        PyObject *library = PyDict_GetItemWithError(frames, (PyObject *)code);
+        int is_library;
+        if (library != NULL) {
+            is_library = PyObject_IsTrue(library);
+        } else if (PyErr_Occurred()) {
+            is_library = -1;
+        } else {
+            PyObject *r = PyObject_CallMethodOneArg(cap, m_library_code, (PyObject *)code);
+            is_library = r == NULL ? -1 : PyObject_IsTrue(r);
+            Py_XDECREF(r);
+        }
+        if (is_library < 0) { Py_DECREF(code); goto done; }
+        if (!is_library) {
+            /* The path is relative to the working directory: a chdir starts the table again. */
+            PyObject *cwd = PyObject_CallNoArgs(GetCwd);
+            PyObject *known = cwd ? PyObject_GetAttr(cap, s_lines_cwd) : NULL;
+            PyObject *lines = known ? PyObject_GetAttr(cap, s_lines) : NULL;
+            int ok = lines != NULL && PyDict_Check(lines);
+            if (ok) {
+                int same = PyObject_RichCompareBool(cwd, known, Py_EQ);
+                if (same < 0) {
+                    ok = 0;
+                } else if (!same) {
+                    ok = PyObject_SetAttr(cap, s_lines_cwd, cwd) == 0;
+                    if (ok) PyDict_Clear(lines);
+                }
+            }
+            if (ok) {
+                int number = PyFrame_GetLineNumber(frame);
+                PyObject *where = Py_BuildValue("(Oi)", (PyObject *)code, number);
+                if (where != NULL) {
+                    line = PyDict_GetItemWithError(lines, where);
+                    if (line != NULL) {
+                        Py_INCREF(line);
+                    } else if (!PyErr_Occurred()) {
+                        {
+                        PyObject *lineno = PyLong_FromLong(number);
+                        line = lineno ? PyObject_CallMethodObjArgs(cap, m_line_text, (PyObject *)code, lineno, NULL) : NULL;
+                        Py_XDECREF(lineno);
+                    }
+                    }
+                    Py_DECREF(where);
+                }
+            } else if (lines != NULL && !PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "_lines must be a dict");
+            }
+            Py_XDECREF(cwd); Py_XDECREF(known); Py_XDECREF(lines);
+            Py_DECREF(code);
+            goto done;
+        }
+        Py_DECREF(code);
+        PyFrameObject *back = PyFrame_GetBack(frame);
+        Py_DECREF(frame);
+        frame = back;
+    }
+    line = Py_None;
+    Py_INCREF(line);
+done:
+    Py_XDECREF(frame);
+    Py_DECREF(frames);
+    return line;
+}
+
+/* -- views: Capture._pass_view ------------------------------------------------------------- */
+
+/* 1: the view's output now has an entry; 0: record the op instead; -1: error. */
+static int pass_view(PyObject *cap, PyObject *source, PyObject *result, PyObject *info) {
+    int a = is_tensor(source), b = a > 0 ? is_tensor(result) : 0;
+    if (a < 0 || b < 0) return -1;
+    if (!a || !b) return 0;
+    if (PyTuple_GET_ITEM(info, 4) == Py_True) {  /* expand: Python's way */
+        PyObject *r = PyObject_CallMethodObjArgs(cap, m_pass_view, source, result, info, NULL);
+        if (r == NULL) return -1;
+        int ok = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        return ok;
+    }
+    PyObject *version = version_of(source);
+    if (version == NULL) return PyErr_Occurred() ? -1 : 0;
+    int status = -1;
+    PyObject *cache = NULL, *base = NULL, *n1 = NULL, *n2 = NULL, *dtype = NULL, *name = NULL,
+             *shape = NULL, *size = NULL, *stats = NULL, *src = NULL, *uninit = NULL, *entry = NULL;
+    cache = PyObject_GetAttr(cap, s_cache);
+    if (cache == NULL) goto done;
+    base = cached(cache, source, version);
+    if (base != NULL) {
+        Py_INCREF(base);
+    } else {
+        if (PyErr_Occurred()) goto done;
+        base = PyObject_CallMethodOneArg(cap, m_entry, source);
+        if (base == NULL) goto done;
+    }
+    n1 = call0(result, s_numel);
+    n2 = n1 ? call0(source, s_numel) : NULL;
+    if (n2 == NULL) goto done;
+    int same = PyObject_RichCompareBool(n1, n2, Py_EQ);
+    if (same <= 0) { status = same < 0 ? -1 : 0; goto done; }
+    dtype = PyObject_GetAttr(result, s_dtype);
+    name = dtype ? dtype_name(dtype) : NULL;
+    size = name ? PyObject_GetAttr(result, s_shape) : NULL;
+    shape = size ? PySequence_List(size) : NULL;
+    stats = shape ? PyObject_GetAttr(base, s_stats) : NULL;
+    src = stats ? PyObject_GetAttr(base, s_src) : NULL;
+    uninit = src ? PyObject_GetAttr(base, s_uninitialised) : NULL;
+    entry = uninit ? new_entry(name, shape, stats, src) : NULL;
+    if (entry == NULL || PyObject_SetAttr(entry, s_uninitialised, uninit) < 0) goto done;
+    if (PyTuple_GET_ITEM(info, 3) == Py_True) {  /* same element order: the saved bytes too */
+        PyObject *data = PyObject_GetAttr(base, s_data);
+        if (data == NULL) goto done;
+        int r = PyObject_SetAttr(entry, s_data, data);
+        Py_DECREF(data);
+        if (r < 0) goto done;
+    }
+    status = remember(cap, cache, result, version, entry) < 0 ? -1 : 1;
+done:
+    Py_DECREF(version);
+    Py_XDECREF(cache); Py_XDECREF(base); Py_XDECREF(n1); Py_XDECREF(n2); Py_XDECREF(dtype);
+    Py_XDECREF(name); Py_XDECREF(size); Py_XDECREF(shape); Py_XDECREF(stats); Py_XDECREF(src);
+    Py_XDECREF(uninit); Py_XDECREF(entry);
+    return status;
+}
+
+/* -- one op: Capture._record_op (statistics mode) ------------------------------------------ */
+
+/* cap.<name> += add; its value before in *before. 0, or -1 on error. */
+static int int_attr_add(PyObject *cap, PyObject *name, long add, long *before) {
+    PyObject *v = PyObject_GetAttr(cap, name);
+    if (v == NULL) return -1;
+    long x = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    *before = x;
+    PyObject *n = PyLong_FromLong(x + add);
+    if (n == NULL) return -1;
+    int r = PyObject_SetAttr(cap, name, n);
+    Py_DECREF(n);
+    return r;
+}
+
+static PyObject *record_op(PyObject *cap, PyObject *args, PyObject *kwargs, PyObject *phase,
+                           PyObject *info, PyObject *module, PyObject *node_name, PyObject *result) {
+    PyObject *op = PyTuple_GET_ITEM(info, 0);
+    int uninitialised = PyTuple_GET_ITEM(info, 1) == Py_True;
+    int aliasing = PyTuple_GET_ITEM(info, 2) == Py_True;
+    int expand = PyTuple_GET_ITEM(info, 4) == Py_True;
+    PyObject *run_op = PyTuple_GET_ITEM(info, 6);
+    PyObject *inputs = NULL, *cache = NULL, *in_entries = NULL, *in_desc = NULL, *outputs = NULL,
+             *out_desc = NULL, *seq = NULL, *step = NULL, *line = NULL, *calls = NULL,
+             *call_key = NULL, *call = NULL, *described = NULL, *record = NULL, *records = NULL;
+    Py_XINCREF(result);
+    int opened = truthy(cap, s_opened);
+    if (opened < 0) goto fail;
+    if (!opened) {
+        PyObject *r = call0(cap, m_open);
+        if (r == NULL) goto fail;
+        Py_DECREF(r);
+    }
+    inputs = tensors_in(args, kwargs);
+    cache = inputs ? PyObject_GetAttr(cap, s_cache) : NULL;
+    if (cache == NULL) goto fail;
+    Py_ssize_t n_in = PyList_GET_SIZE(inputs);
+    in_entries = PyList_New(n_in);
+    if (in_entries == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n_in; i++) {
+        PyObject *t = PyList_GET_ITEM(inputs, i);
+        PyObject *version = version_of(t);
+        PyObject *entry = NULL;
+        if (version != NULL) {
+            entry = cached(cache, t, version);
+            Py_DECREF(version);
+            Py_XINCREF(entry);
+        }
+        if (entry == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            entry = PyObject_CallMethodOneArg(cap, m_entry, t);
+            if (entry == NULL) goto fail;
+        }
+        PyList_SET_ITEM(in_entries, i, entry);
+    }
+    long seq_value;
+    if (int_attr_add(cap, s_seq, 1, &seq_value) < 0) goto fail;
+    seq = PyLong_FromLong(seq_value);
+    step = seq ? PyObject_GetAttr(cap, s_current_step) : NULL;
+    in_desc = step ? PyList_New(n_in) : NULL;
+    if (in_desc == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n_in; i++) {
+        PyObject *d = desc_of(cap, PyList_GET_ITEM(in_entries, i));
+        if (d == NULL) goto fail;
+        PyList_SET_ITEM(in_desc, i, d);
+    }
+    if (result == NotRun) {
+        Py_DECREF(result);
+        result = PyObject_Call(run_op, args, kwargs);
+        if (result == NULL) goto fail;
+    }
+    outputs = tensors_out(result);
+    if (outputs == NULL) goto fail;
+    Py_ssize_t n_out = PyList_GET_SIZE(outputs);
+    out_desc = PyList_New(n_out);
+    if (out_desc == NULL) goto fail;
+    int python_outputs = uninitialised || (aliasing && n_in > 0) || (expand && n_in > 0);
+    if (python_outputs) {
+        /* An alias, an expand or uninitialised memory: Python's rules for the outputs. */
+        Py_DECREF(out_desc);
+        out_desc = PyObject_CallMethod(cap, "_output_descs", "OOOOO", outputs, inputs, in_entries, seq, info);
+        if (out_desc == NULL) goto fail;
+        if (!PyList_Check(out_desc)) {
+            PyErr_SetString(PyExc_TypeError, "_output_descs must return a list");
+            goto fail;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n_out && !python_outputs; i++) {
+        PyObject *t = PyList_GET_ITEM(outputs, i);
+        PyObject *desc = NULL;
+        {
+            int mutated = 0;
+            for (Py_ssize_t j = 0; j < n_in; j++)
+                if (PyList_GET_ITEM(inputs, j) == t) { mutated = 1; break; }
+            PyObject *stats = kernel_stats(t);
+            if (stats == NULL) goto fail;
+            if (stats == Py_None) {
+                Py_DECREF(stats);
+                stats = PyObject_CallMethodOneArg(cap, m_compute_out, t);
+                if (stats == NULL) goto fail;
+            }
+            PyObject *dtype = PyObject_GetAttr(t, s_dtype);
+            PyObject *name = dtype ? dtype_name(dtype) : NULL;
+            PyObject *size = name ? PyObject_GetAttr(t, s_shape) : NULL;
+            PyObject *shape = size ? PySequence_List(size) : NULL;
+            PyObject *entry = shape ? new_entry(name, shape, stats, seq) : NULL;
+            Py_XDECREF(dtype); Py_XDECREF(name); Py_XDECREF(size); Py_XDECREF(shape); Py_DECREF(stats);
+            if (entry == NULL) goto fail;
+            PyObject *version = version_of(t);
+            int r = 0;
+            if (version != NULL) {
+                if (mutated) {  /* torch bumps the counter once the op returns */
+                    PyObject *next = PyNumber_Add(version, One);
+                    Py_DECREF(version);
+                    version = next;
+                }
+                r = version == NULL ? -1 : remember(cap, cache, t, version, entry);
+                Py_XDECREF(version);
+            } else if (PyErr_Occurred()) {
+                r = -1;
+            }
+            desc = r < 0 ? NULL : desc_of(cap, entry);
+            Py_DECREF(entry);
+            if (desc == NULL) goto fail;
+        }
+        PyList_SET_ITEM(out_desc, i, desc);
+    }
+    if (phase == v_backward) {
+        PyObject *sites = PyObject_GetAttr(cap, s_call_sites);
+        if (sites == NULL) goto fail;
+        line = PyDict_GetItemWithError(sites, module);
+        Py_XINCREF(line);
+        Py_DECREF(sites);
+        if (line == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            line = Py_None;
+            Py_INCREF(line);
+        }
+    } else {
+        line = user_line(cap);
+        if (line == NULL) goto fail;
+    }
+    calls = PyObject_GetAttr(cap, s_calls);
+    call_key = calls ? PyTuple_Pack(3, phase, module, op) : NULL;
+    if (call_key == NULL) goto fail;
+    call = PyDict_GetItemWithError(calls, call_key);
+    if (call == NULL && PyErr_Occurred()) goto fail;
+    long call_value = call == NULL ? 0 : PyLong_AsLong(call);
+    call = PyLong_FromLong(call_value);
+    PyObject *next_call = call ? PyLong_FromLong(call_value + 1) : NULL;
+    if (next_call == NULL || PyDict_SetItem(calls, call_key, next_call) < 0) { Py_XDECREF(next_call); goto fail; }
+    Py_DECREF(next_call);
+    described = describe_args(args, kwargs);
+    record = described ? PyDict_New() : NULL;
+    if (record == NULL || PyDict_SetItem(record, k_k, v_op) < 0 || PyDict_SetItem(record, k_seq, seq) < 0 ||
+        PyDict_SetItem(record, k_step, step) < 0 || PyDict_SetItem(record, k_phase, phase) < 0 ||
+        PyDict_SetItem(record, k_op, op) < 0 || PyDict_SetItem(record, k_module, module) < 0 ||
+        PyDict_SetItem(record, k_call, call) < 0 || PyDict_SetItem(record, k_line, line) < 0 ||
+        PyDict_SetItem(record, k_args, described) < 0 || PyDict_SetItem(record, k_in, in_desc) < 0 ||
+        PyDict_SetItem(record, k_out, out_desc) < 0 ||
+        (node_name != Py_None && PyDict_SetItem(record, k_node, node_name) < 0))
+        goto fail;
+    records = PyObject_GetAttr(cap, s_records);
+    if (records == NULL || PyList_Append(records, record) < 0) goto fail;
+    long waiting;
+    if (int_attr_add(cap, s_waiting, (long)(n_in + n_out), &waiting) < 0) goto fail;
+    PyObject *every = PyObject_GetAttr(cap, s_flush_every);
+    if (every == NULL) goto fail;
+    long flush_every = PyLong_AsLong(every);
+    Py_DECREF(every);
+    if (waiting + n_in + n_out >= flush_every) {
+        PyObject *r = call0(cap, m_flush);
+        if (r == NULL) goto fail;
+        Py_DECREF(r);
+    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    Py_XDECREF(inputs); Py_XDECREF(cache); Py_XDECREF(in_entries); Py_XDECREF(in_desc);
+    Py_XDECREF(outputs); Py_XDECREF(out_desc); Py_XDECREF(seq); Py_XDECREF(step); Py_XDECREF(line);
+    Py_XDECREF(calls); Py_XDECREF(call_key); Py_XDECREF(call); Py_XDECREF(described);
+    Py_XDECREF(record); Py_XDECREF(records);
+    return result;
+}
+
+/* -- the dispatch mode's entry: Capture._on_op --------------------------------------------- */
+
+static PyObject *call_op(PyObject *func, PyObject *args, PyObject *kwargs) {
+    return PyObject_Call(func, args, kwargs);
+}
+
+static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
+    if (argc != 4) {
+        PyErr_SetString(PyExc_TypeError, "on_op(capture, func, args, kwargs)");
+        return NULL;
+    }
+    PyObject *cap = argv[0], *func = argv[1], *args = argv[2], *kwargs = argv[3];
+    if (!PyTuple_Check(args) || !PyDict_Check(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "on_op: args must be a tuple and kwargs a dict");
+        return NULL;
+    }
+    int busy = truthy(cap, s_busy);
+    int live = busy == 0 ? truthy(cap, s_live) : 0;
+    if (busy < 0 || live < 0) return NULL;
+    if (busy || !live) return call_op(func, args, kwargs);
+    PyObject *phase, *module = NULL, *node_name = Py_None, *known = NULL;
+    PyObject *task = PyObject_CallNoArgs(GraphTaskId);
+    if (task == NULL) return NULL;
+    long task_id = PyLong_AsLong(task);
+    Py_DECREF(task);
+    if (task_id == -1 && PyErr_Occurred()) return NULL;
+    if (task_id != -1) {
+        phase = v_backward;
+        PyObject *node = PyObject_CallNoArgs(AutogradNode);
+        if (node == NULL) return NULL;
+        if (node == Py_None) {
+            module = v_empty;
+            Py_INCREF(module);
+        } else {
+            PyObject *number = call0(node, s_sequence_nr);
+            PyObject *table = number ? PyObject_GetAttr(cap, s_node_modules) : NULL;
+            if (table != NULL) {
+                known = PyDict_GetItemWithError(table, number);
+                Py_XINCREF(known);
+            }
+            Py_XDECREF(table);
+            Py_XDECREF(number);
+            if (known == NULL) {
+                if (PyErr_Occurred()) { Py_DECREF(node); return NULL; }
+                known = PyObject_CallMethodOneArg(cap, m_backward_module, node);
+            }
+            if (known == NULL) { Py_DECREF(node); return NULL; }
+            module = PyTuple_GET_ITEM(known, 0);
+            node_name = PyTuple_GET_ITEM(known, 1);
+            Py_INCREF(module);
+        }
+        Py_DECREF(node);
+    } else {
+        int optimizer = truthy(cap, s_in_optimizer);
+        PyObject *stack = optimizer >= 0 ? PyObject_GetAttr(cap, s_forward_stack) : NULL;
+        if (stack == NULL) return NULL;
+        Py_ssize_t depth = PyList_Check(stack) ? PyList_GET_SIZE(stack) : 0;
+        if (optimizer) {
+            phase = v_optimizer;
+        } else if (depth) {
+            phase = v_forward;
+        } else {
+            PyObject *grad = PyObject_CallNoArgs(GradEnabled);
+            if (grad == NULL) { Py_DECREF(stack); return NULL; }
+            phase = grad == Py_True ? v_forward : v_other;
+            Py_DECREF(grad);
+        }
+        module = depth ? PyList_GET_ITEM(stack, depth - 1) : v_empty;
+        Py_INCREF(module);
+        Py_DECREF(stack);
+    }
+    PyObject *result = NULL;
+    PyObject *phases = PyObject_GetAttr(cap, s_phases);
+    if (phases == NULL) goto out;
+    int wanted_phase = PySequence_Contains(phases, phase);
+    Py_DECREF(phases);
+    if (wanted_phase < 0) goto out;
+    if (!wanted_phase) { result = call_op(func, args, kwargs); goto out; }
+    PyObject *table = PyObject_GetAttr(cap, s_op_info);
+    if (table == NULL) goto out;
+    PyObject *key = PyLong_FromVoidPtr(func);
+    PyObject *info = key ? PyDict_GetItemWithError(table, key) : NULL;
+    Py_XINCREF(info);
+    if (info == NULL && key != NULL && !PyErr_Occurred()) {
+        info = PyObject_CallOneArg(OpInfoFn, func);
+        if (info != NULL && PyDict_SetItem(table, key, info) < 0) Py_CLEAR(info);
+    }
+    Py_XDECREF(key);
+    Py_DECREF(table);
+    if (info == NULL) goto out;
+    if (info == Py_None) {  /* not numeric */
+        Py_DECREF(info);
+        result = call_op(func, args, kwargs);
+        goto out;
+    }
+    int filtered = truthy(cap, s_filtered);
+    if (filtered < 0) { Py_DECREF(info); goto out; }
+    if (filtered) {
+        PyObject *ok = PyObject_CallMethodObjArgs(cap, m_wanted, module, PyTuple_GET_ITEM(info, 0), NULL);
+        int wanted = ok == NULL ? -1 : PyObject_IsTrue(ok);
+        Py_XDECREF(ok);
+        if (wanted <= 0) {
+            Py_DECREF(info);
+            if (wanted == 0) result = call_op(func, args, kwargs);
+            goto out;
+        }
+    }
+    if (PyObject_SetAttr(cap, s_busy, Py_True) < 0) { Py_DECREF(info); goto out; }
+    int views = truthy(cap, s_views);
+    if (views >= 0 && PyTuple_GET_ITEM(info, 5) == Py_True && !views) {
+        PyObject *run = PyObject_Call(PyTuple_GET_ITEM(info, 6), args, kwargs);
+        if (run != NULL) {
+            int passed = pass_view(cap, PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, 0) : Py_None, run, info);
+            if (passed > 0) {
+                result = run;
+            } else if (passed == 0) {
+                result = record_op(cap, args, kwargs, phase, info, module, node_name, run);
+                Py_DECREF(run);
+            } else {
+                Py_DECREF(run);
+            }
+        }
+    } else if (views >= 0) {
+        result = record_op(cap, args, kwargs, phase, info, module, node_name, NotRun);
+    }
+    Py_DECREF(info);
+    /* Always clear the flag, keeping an error raised above. */
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (PyObject_SetAttr(cap, s_busy, Py_False) < 0) {
+        Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
+        Py_CLEAR(result);
+    } else {
+        PyErr_Restore(et, ev, tb);
+    }
+out:
+    Py_XDECREF(module);
+    Py_XDECREF(known);
+    return result;
+}
+
+/* -- setup --------------------------------------------------------------------------------- */
+
+static PyObject *setup(PyObject *self, PyObject *config) {
+    if (!PyDict_Check(config)) {
+        PyErr_SetString(PyExc_TypeError, "setup(dict)");
+        return NULL;
+    }
+#define TAKE(var, name)                                                                        \
+    do {                                                                                       \
+        PyObject *v_ = PyDict_GetItemString(config, name);                                     \
+        if (v_ == NULL) {                                                                      \
+            PyErr_Format(PyExc_KeyError, "setup: %s missing", name);                           \
+            return NULL;                                                                       \
+        }                                                                                      \
+        Py_INCREF(v_);                                                                         \
+        Py_XSETREF(var, v_);                                                                   \
+    } while (0)
+    TAKE(TensorType, "tensor"); TAKE(EntryType, "entry"); TAKE(NotRun, "not_run");
+    TAKE(Strided, "strided"); TAKE(DtypeNames, "dtype_names"); TAKE(GraphTaskId, "graph_task_id");
+    TAKE(AutogradNode, "autograd_node"); TAKE(GradEnabled, "grad_enabled");
+    TAKE(GetNumThreads, "num_threads"); TAKE(GetCwd, "getcwd"); TAKE(OpInfoFn, "op_info");
+    TAKE(DtypeNameFn, "dtype_name"); TAKE(JsonStatsFn, "json_stats"); TAKE(ArgJsonFn, "arg_json");
+    TAKE(Dtypes[0], "float32"); TAKE(Dtypes[1], "float64"); TAKE(Dtypes[2], "bfloat16");
+#undef TAKE
+    if (!PyType_Check(EntryType) || !PyType_Check(TensorType)) {
+        PyErr_SetString(PyExc_TypeError, "setup: entry and tensor must be types");
+        return NULL;
+    }
+    /* Kernel addresses (0: none; the Python compute is used). */
+    static const char *names[3][2] = {{"sweep_float32", "par_float32"}, {"sweep_float64", "par_float64"},
+                                      {"sweep_bfloat16", "par_bfloat16"}};
+    for (int i = 0; i < 3; i++) {
+        PyObject *a = PyDict_GetItemString(config, names[i][0]);
+        PyObject *b = PyDict_GetItemString(config, names[i][1]);
+        Sweep[i] = a ? (sweep_fn)PyLong_AsVoidPtr(a) : NULL;
+        SweepPar[i] = b ? (sweep_par_fn)PyLong_AsVoidPtr(b) : NULL;
+        if (PyErr_Occurred()) return NULL;
+    }
+    if (Sweep[0] == NULL || Sweep[1] == NULL || Sweep[2] == NULL) Sweep[0] = Sweep[1] = Sweep[2] = NULL;
+    PyObject *pmin = PyDict_GetItemString(config, "parallel_min");
+    PyObject *omp = PyDict_GetItemString(config, "openmp");
+    ParallelMin = pmin ? PyLong_AsLongLong(pmin) : INT64_MAX;
+    OpenMP = omp ? PyObject_IsTrue(omp) : 0;
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *version(PyObject *self, PyObject *unused) { return PyLong_FromLong(VERSION); }
+
+/* For tests: the statistics the kernel path gives a tensor (None: not its kind). */
+static PyObject *stats_of(PyObject *self, PyObject *t) { return kernel_stats(t); }
+
+/* For tests: dump._describe_args. */
+static PyObject *args_of(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
+    if (argc != 2 || !PyTuple_Check(argv[0]) || !PyDict_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "describe_args(tuple, dict)");
+        return NULL;
+    }
+    return describe_args(argv[0], argv[1]);
+}
+
+static PyMethodDef methods[] = {
+    {"on_op", (PyCFunction)(void (*)(void))on_op, METH_FASTCALL, "Capture._on_op, in C."},
+    {"setup", setup, METH_O, "Types, functions and kernel addresses the recorder uses."},
+    {"version", version, METH_NOARGS, "The source's version."},
+    {"stats_of", stats_of, METH_O, "Kernel statistics of a tensor (tests)."},
+    {"describe_args", (PyCFunction)(void (*)(void))args_of, METH_FASTCALL, "dump._describe_args (tests)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_recorder", NULL, -1, methods};
+
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+
+PyMODINIT_FUNC PyInit__recorder(void) {
+    INTERN(s_busy, "_busy"); INTERN(s_live, "_live"); INTERN(s_in_optimizer, "_in_optimizer");
+    INTERN(s_forward_stack, "_forward_stack"); INTERN(s_phases, "phases"); INTERN(s_op_info, "_op_info");
+    INTERN(s_filtered, "_filtered"); INTERN(s_views, "views"); INTERN(s_cache, "_cache");
+    INTERN(s_cache_limit, "_cache_limit"); INTERN(s_node_modules, "_node_modules"); INTERN(s_seq, "_seq");
+    INTERN(s_current_step, "current_step"); INTERN(s_calls, "_calls"); INTERN(s_call_sites, "_call_sites");
+    INTERN(s_records, "_records"); INTERN(s_waiting, "_waiting_tensors"); INTERN(s_flush_every, "flush_every");
+    INTERN(s_opened, "_opened"); INTERN(s_frame_cache, "_frame_cache"); INTERN(s_lines, "_lines");
+    INTERN(s_lines_cwd, "_lines_cwd"); INTERN(s_version, "_version"); INTERN(s_is_cpu, "is_cpu");
+    INTERN(s_dtype, "dtype"); INTERN(s_layout, "layout"); INTERN(s_shape, "shape"); INTERN(s_numel, "numel");
+    INTERN(s_is_contiguous, "is_contiguous"); INTERN(s_data_ptr, "data_ptr");
+    INTERN(s_sequence_nr, "_sequence_nr"); INTERN(s_stats, "stats"); INTERN(s_src, "src");
+    INTERN(s_data, "data"); INTERN(s_desc, "desc"); INTERN(s_uninitialised, "uninitialised");
+    INTERN(m_open, "_open"); INTERN(m_entry, "_entry"); INTERN(m_backward_module, "_backward_module");
+    INTERN(m_wanted, "_wanted"); INTERN(m_pass_view, "_pass_view"); INTERN(m_flush, "_flush");
+    INTERN(m_prune, "_prune"); INTERN(m_library_code, "_library_code"); INTERN(m_line_text, "_line_text");
+    INTERN(m_desc_of, "_desc_of"); INTERN(m_compute_out, "_compute");
+    INTERN(k_k, "k"); INTERN(k_seq, "seq"); INTERN(k_step, "step"); INTERN(k_phase, "phase");
+    INTERN(k_op, "op"); INTERN(k_module, "module"); INTERN(k_call, "call"); INTERN(k_line, "line");
+    INTERN(k_args, "args"); INTERN(k_in, "in"); INTERN(k_out, "out"); INTERN(k_node, "node");
+    INTERN(k_t, "t"); INTERN(k_a, "a"); INTERN(k_kw, "kw"); INTERN(k_float, "float");
+    INTERN(v_op, "op"); INTERN(v_backward, "backward"); INTERN(v_forward, "forward");
+    INTERN(v_optimizer, "optimizer"); INTERN(v_other, "other"); INTERN(v_empty, "");
+    if ((One = PyLong_FromLong(1)) == NULL) return NULL;
+    return PyModule_Create(&module_def);
+}
