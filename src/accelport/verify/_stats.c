@@ -24,6 +24,12 @@
 
 #define MAX_DIMS 64 /* torch's limit on tensor dimensions */
 #define BLOCK 2048 /* elements per block: 8 KiB of float32, 128 vectors per lane sum */
+/* Bytes ahead of the sweep to prefetch. A tensor an op just wrote is mostly in the
+ * writing cores' L2 or in L3, not in L1: the sweep's few operations per cache line leave
+ * too little time for the hardware prefetcher to hide that latency (measured in a dump of
+ * a transformer step on a 2-core Xeon: 19 ms -> 14.5 ms for ~350 MB; distances of 4-16
+ * KiB did alike). Prefetches past the end of a tensor are harmless (they never fault). */
+#define PREFETCH 8192
 
 typedef float vf32 __attribute__((vector_size(64)));
 typedef int32_t vi32 __attribute__((vector_size(64)));
@@ -112,6 +118,7 @@ static inline vu64 umax_u64(vu64 a, vu64 b) { return (vu64)SELECT(vi64, a > b, a
         VF lo = LOADV(x), hi = lo, s = {}, q = {}, a = {};                                     \
         VU top = {}, bottom = ~(VU){};                                                         \
         for (int64_t i = 0; i < n; i += W) {                                                   \
+            __builtin_prefetch((const char *)(x + i) + PREFETCH, 0, 3);                        \
             VF v = LOADV(x + i);                                                               \
             VF m = (VF)((VI)v & absmask);                                                      \
             top = UMAX((VU)m, top);                                                            \

@@ -83,6 +83,7 @@ _CAPTURES: weakref.WeakSet = weakref.WeakSet()
 def _after_fork_in_child() -> None:
     for cap in list(_CAPTURES):
         cap._live = False
+        cap._forked = True
 
 
 if hasattr(os, "register_at_fork"):
@@ -502,6 +503,7 @@ class Capture:
         self.current_step = 0
         self._pid = os.getpid()
         self._live = False  # recording now: started, not closed, this process, a step in range (_set_live)
+        self._forked = False  # this is a child forked from the process that started the capture
         self._tensor: Any = None  # torch.Tensor, once started
         self._opened = False
         self._closed = False
@@ -516,7 +518,8 @@ class Capture:
         self._cache: dict[int, tuple[Any, int, _Entry]] = {}
         self._cache_limit = _CACHE_PRUNE
         self._calls: dict[tuple[str, str, str], int] = {}
-        self._module_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # id(module) -> (weak reference, path); the reference tells a reused id from the module.
+        self._module_names: dict[int, tuple[Any, str]] = {}
         self._param_names: dict[int, tuple[str, str]] = {}
         self._entered: set[int] = set()  # modules whose parameters were recorded this step
         self._forward_stack: list[str] = []
@@ -1210,23 +1213,26 @@ class Capture:
         self._emit(record, 1)
 
     def _name_of(self, mod: Any) -> str:
-        name = self._module_names.get(mod)
-        if name is not None:
-            return name
+        names = self._module_names
+        hit = names.get(id(mod))
+        if hit is not None and hit[0]() is mod:
+            return hit[1]
         if self._forward_stack:
             # A module the root did not register (created on the fly): name it under its caller.
             name = f"{self._forward_stack[-1]}.<{type(mod).__name__}>"
         else:
             root = type(mod).__name__
             for child_name, child in mod.named_modules(remove_duplicate=False):
-                self._module_names.setdefault(child, f"{root}.{child_name}" if child_name else root)
+                known = names.get(id(child))
+                if known is None or known[0]() is not child:
+                    names[id(child)] = (weakref.ref(child), f"{root}.{child_name}" if child_name else root)
             for param_name, param in mod.named_parameters(remove_duplicate=False):
                 owner, _, leaf = param_name.rpartition(".")
                 self._param_names.setdefault(
                     id(param), (f"{root}.{owner}" if owner else root, leaf)
                 )
-            name = self._module_names.get(mod, root)
-        self._module_names[mod] = name
+            name = names[id(mod)][1]
+        names[id(mod)] = (weakref.ref(mod), name)
         return name
 
     def _on_module_enter(self, mod: Any, args: tuple) -> None:
@@ -1236,7 +1242,7 @@ class Capture:
                 # A module running inside optimizer.step (not through a closure): record
                 # as without the shortcut.
                 self._resume_mode()
-        if self._busy or not self._active():
+        if self._busy or not self._live:
             return
         self._busy = True
         try:
@@ -1268,7 +1274,7 @@ class Capture:
         self._marked.append(name)
 
     def _on_module_exit(self, mod: Any, args: tuple, output: Any) -> None:
-        if self._busy or not self._forward_stack or os.getpid() != self._pid:
+        if self._busy or not self._forward_stack or self._forked:
             return
         self._forward_stack.pop()
         self._marks.append(self._sequence_nr())
