@@ -173,6 +173,25 @@ def test_device_statistics_survive_a_flush_between_producer_and_user(tmp_path, f
     assert_same_statistics(host, dump(tmp_path / "device", tinylm(), stats_on_host=False, flush_every=flush_every))
 
 
+def test_device_statistics_through_optimizer_steps_and_small_flushes(tmp_path):
+    """The end-of-step flush runs from the optimizer's hook, outside any op, and copies the
+    device statistics with torch ops of accelport's own: none of them may be recorded (nor
+    measured into the batch being copied)."""
+    folders = {}
+    for host in (True, False):
+        model = tinylm().train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        folders[host] = tmp_path / str(host)
+        torch.manual_seed(0)
+        with capture(folders[host], stats_on_host=host, flush_every=7):
+            for _ in range(2):
+                optimizer.zero_grad(set_to_none=True)
+                train_step(model)
+                optimizer.step()
+    assert not [r for r in records(folders[False]) if r.get("op") == "aten.stack.default"]
+    assert_same_statistics(folders[True], folders[False])
+
+
 def test_in_place_ops_are_seen_with_the_input_before_and_the_output_after(tmp_path):
     x = torch.ones(4)
     with capture(tmp_path / "d", step_on="manual"):

@@ -194,3 +194,28 @@ def test_statistics_and_arguments_equal_the_python_rules():
            None, True, "name", torch.float16, torch.device("cpu"), torch.contiguous_format, (1, 2))  # fmt: skip
     kwargs = {"dim": -1, "dtype": torch.bfloat16, "out": torch.empty(1), "alpha": float("-inf")}
     assert module.describe_args(odd, kwargs) == dump._describe_args(odd, kwargs)
+
+
+def test_device_statistics_take_the_same_way_through_the_compiled_path(tmp_path):
+    """On an accelerator the compiled path hands each tensor to the Python statistics, which
+    batch it on the device and give an index filled in at the flush; emulated on the CPU
+    by a recorder with no kernel and statistics told to batch, against the Python path."""
+    from accelport.verify import native as stats_native
+
+    module = recorder.load()
+    config = recorder._config(stats_native.kernels())
+    module.setup({**config, **{k: 0 for k in config if k.startswith(("sweep_", "par_"))}})
+    folders = {}
+    try:
+        for compiled in (True, False):
+            folders[compiled] = tmp_path / str(compiled)
+            made = tinylm_and_optimizer()
+            with capture(folders[compiled], compiled=compiled, flush_every=7) as cap:
+                assert cap.recorder == ("compiled" if compiled else "python")
+                cap._stats.host, cap._stats.native = False, None  # batched, as on a device
+                tinylm_steps(made)
+    finally:
+        module.setup(config)
+    compiled, python = manifest(folders[True]), manifest(folders[False])
+    assert all(isinstance(d["stats"], list) for r in compiled if r["k"] == "op" for d in r["out"] if d["stats"])
+    assert_same(compiled, python)

@@ -771,7 +771,16 @@ class Capture:
     def _flush(self) -> None:
         if not self._opened or self._manifest is None:
             return
-        assert self._stats is not None
+        # The copy of device statistics runs torch ops: accelport's own, never recorded (a
+        # flush at the end of a step, from the optimizer's hook, is outside any op).
+        busy, self._busy = self._busy, True
+        try:
+            self._write_pending()
+        finally:
+            self._busy = busy
+
+    def _write_pending(self) -> None:
+        assert self._stats is not None and self._manifest is not None
         resolved = self._stats.resolve()
         if resolved:
             # Tensors measured in this batch may be used again after the flush (as inputs,
