@@ -121,7 +121,7 @@ class _Stats:
 
         self.torch = torch
         self.host = host  # CPU tensors: read the numbers right away (no device to synchronise)
-        self.pending: list[Any] = []  # device tensors of 8 numbers, waiting for one copy
+        self.pending: list[tuple[Any, int]] = []  # (device vector of sums, element count), waiting for one copy
         self._buffers: dict[tuple, Any] = {}  # scratch arrays, per thread
         self._pool: Any = None  # second thread for large tensors
         # The compiled one-pass kernel (native.py); None: numpy sweeps, same numbers, slower.
@@ -379,42 +379,55 @@ class _Stats:
         return buffer[:size]
 
     def _device(self, flat: Any, n: int) -> int:
+        """Queue the sums of a device tensor (one small float64 vector, no transfer); its index in the batch.
+
+        Fourteen small kernels and one stack per tensor, launched with the dispatch mode
+        out of the way (these ops are accelport's, not the user's); the division and the
+        NaN and zero counts are worked out on the host when the batch comes back (resolve).
+        """
         torch = self.torch
-        finite = flat.isfinite()
-        count = finite.sum()
-        clean = torch.where(finite, flat, 0.0)
-        big = torch.finfo(flat.dtype).max
-        lo = torch.where(finite, flat, big).amin()
-        hi = torch.where(finite, flat, -big).amax()
-        total = clean.sum(dtype=torch.float64)
-        denom = count.clamp(min=1).double()
-        vector = torch.stack(
-            [
-                lo.double(),
-                hi.double(),
-                total / denom,
-                torch.linalg.vector_norm(clean, dtype=torch.float64),
-                clean.abs().sum(dtype=torch.float64) / denom,
-                flat.isnan().sum().double(),
-                flat.isinf().sum().double(),
-                (count - torch.count_nonzero(clean)).double(),
-            ]
-        )
-        self.pending.append(vector)
+        with torch._C._DisableTorchDispatch():
+            finite = flat.isfinite()
+            clean = torch.where(finite, flat, 0.0)
+            big = torch.finfo(flat.dtype).max
+            vector = torch.stack(  # promoted to float64 by the stack
+                [
+                    torch.where(finite, flat, big).amin(),
+                    torch.where(finite, flat, -big).amax(),
+                    clean.sum(dtype=torch.float64),
+                    torch.linalg.vector_norm(clean, dtype=torch.float64),
+                    torch.linalg.vector_norm(clean, 1, dtype=torch.float64),
+                    flat.isinf().sum(),
+                    torch.count_nonzero(clean),
+                    finite.sum(),
+                ]
+            )
+        self.pending.append((vector, n))
         return len(self.pending) - 1
 
     def resolve(self) -> list[list[float]]:
-        """Copy every pending device vector to the host: one transfer per device."""
+        """Copy every pending device vector to the host (one transfer per device) and finish the statistics."""
         by_device: dict[Any, list[int]] = {}
-        for index, vector in enumerate(self.pending):
+        for index, (vector, _n) in enumerate(self.pending):
             by_device.setdefault(vector.device, []).append(index)
         rows: list[list[float]] = [[] for _ in self.pending]
-        for indices in by_device.values():
-            stacked = self.torch.stack([self.pending[i] for i in indices]).to("cpu").tolist()
-            for i, row in zip(indices, stacked, strict=True):
-                rows[i] = row
+        torch = self.torch
+        with torch._C._DisableTorchDispatch():
+            for indices in by_device.values():
+                stacked = torch.stack([self.pending[i][0] for i in indices]).to("cpu").tolist()
+                for i, row in zip(indices, stacked, strict=True):
+                    rows[i] = _finish_device(row, self.pending[i][1])
         self.pending = []
         return rows
+
+
+def _finish_device(row: list[float], n: int) -> list[float]:
+    """The STAT_FIELDS from a device vector (min, max, sum, L2, sum of |x|, Inf count, nonzero finite count, finite count)."""
+    lo, hi, total, l2, absolute, inf, nonzero, finite = row
+    nan = n - finite - inf
+    if finite == 0:
+        return [math.nan, math.nan, math.nan, math.nan, math.nan, float(nan), float(inf), 0.0]
+    return [lo, hi, total / finite, l2, absolute / finite, float(nan), float(inf), float(finite - nonzero)]
 
 
 def _finish(sums: Any) -> list[float]:
