@@ -582,3 +582,17 @@ def test_a_forked_child_records_nothing(tmp_path):
         torch.abs(x)
     ops = [r["op"] for r in records(tmp_path / "d") if r.get("k") == "op"]
     assert ops == ["aten.neg.default", "aten.abs.default"]
+
+
+def test_module_marks_do_not_grow_without_gradients(tmp_path):
+    """Backward attribution marks autograd's sequence number at each module entry and exit;
+    a long run with gradients off (inference, no step ever ended) must not pile them up."""
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    with torch.no_grad(), capture(tmp_path / "d", step_on="manual") as cap:
+        for _ in range(50):
+            model(torch.randn(2, 4))
+        assert len(cap._marks) <= 1
+    with capture(tmp_path / "g", step_on="manual") as cap:
+        for _ in range(3):
+            model(torch.randn(2, 4, requires_grad=True)).sum().backward()
+        assert len(cap._marks) > 3  # with gradients, every module boundary that follows nodes counts

@@ -76,6 +76,7 @@ _NOT_RUN = object()  # _record_op: the op is still to run
 
 PHASES = ("forward", "backward", "optimizer", "other")
 _CACHE_PRUNE = 4096  # cache entries before dead tensors' entries are dropped
+_MARKS_KEPT = 1 << 20  # module marks kept when no step ever ends (see Capture._mark)
 # Captures started in this process: a child forked from it (a DataLoader worker) records nothing.
 _CAPTURES: weakref.WeakSet = weakref.WeakSet()
 
@@ -1292,15 +1293,29 @@ class Capture:
             if is_root:
                 for index, tensor in enumerate(_tensors_in(args, {})):
                     self._leaf_record("input", name, str(index), tensor, "forward")
-        self._marks.append(self._sequence_nr())
-        self._marked.append(name)
+        self._mark(name)
 
     def _on_module_exit(self, mod: Any, args: tuple, output: Any) -> None:
         if self._busy or not self._forward_stack or self._forked:
             return
         self._forward_stack.pop()
-        self._marks.append(self._sequence_nr())
-        self._marked.append(self._forward_stack[-1] if self._forward_stack else "")
+        self._mark(self._forward_stack[-1] if self._forward_stack else "")
+
+    def _mark(self, module: str) -> None:
+        """From autograd's next sequence number on, new nodes are `module`'s."""
+        number = self._sequence_nr()
+        marks = self._marks
+        if marks and marks[-1] == number:
+            # No node made since the last mark (no grad, or a module with no ops): that
+            # mark says nothing any more. So with gradients off the list never grows.
+            self._marked[-1] = module
+            return
+        marks.append(number)
+        self._marked.append(module)
+        if len(marks) > _MARKS_KEPT:  # a run that never ends a step: keep the newer half
+            half = len(marks) // 2
+            del marks[:half], self._marked[:half]
+            self._marks_before = max(0, self._marks_before - half)
 
     def _backward_module(self, node: Any) -> tuple[str, str | None]:
         """The module whose forward made the autograd node now running, and the node's name.
