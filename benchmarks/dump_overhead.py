@@ -15,8 +15,11 @@ the activations while the step's grows with the matmuls: the ratio falls as the 
 widens. Each tensor is read once, in place, by accelport's compiled statistics kernel
 (src/accelport/verify/_stats.c: all eight statistics in one pass, float32 lane sums into
 float64); run with ACCELPORT_DUMP_NATIVE=0 to time the numpy fallback instead. The rest
-of the cost is Python per dispatched op (about 650 per step here: AdamW's own ops bypass the capture) and the manifest. Prints one JSON object with the figures per width; the target is statistics mode
-at most 1.3x plain.
+of the cost is torch's round trip through a Python dispatch mode per op (about 650 per
+step here: AdamW's own ops bypass the capture), the bookkeeping per op (in C by default,
+src/accelport/verify/_recorder.c; ACCELPORT_DUMP_RECORDER=0 times the Python path), the
+parameters' records and the manifest. Prints one JSON object with the figures per width;
+the target is statistics mode at most 1.3x plain.
 
     python benchmarks/dump_overhead.py [--rounds 12] [--d-model 256,512] [--layers 4]
 """
@@ -35,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from accelport.verify import native
+from accelport.verify import native, recorder
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = 1.3
@@ -236,6 +239,8 @@ def main() -> None:
                 "steps_per_mode": args.rounds,
                 "target_statistics_slowdown": TARGET,
                 "statistics_kernel": "compiled" if native.kernels() is not None else "numpy",
+                # The per-op path of statistics mode: C (recorder.py) or Python (Capture._on_op).
+                "recorder": "compiled" if recorder.load() is not None else "python",
                 "sizes": sizes,
                 "load_average_before": load_before,
                 "load_average_after": [round(v, 2) for v in os.getloadavg()],
