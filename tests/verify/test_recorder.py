@@ -23,10 +23,23 @@ from numerics_helpers import tinylm, train_step
 
 from accelport.verify import capture, dumpfile, recorder
 
-pytestmark = pytest.mark.skipif(
-    recorder.load() is None,
-    reason="the compiled recorder needs a C compiler and Python's headers; the Python path is tested everywhere else",
-)
+
+@pytest.fixture(autouse=True)
+def compiled_recorder():
+    """The extension; where a C compiler and Python's headers are present it must load."""
+    from accelport import native
+
+    from accelport.verify import native as stats_native
+
+    if native.disabled(recorder.ENV_VAR, stats_native.ENV_VAR):
+        pytest.skip("compiled helpers turned off (ACCELPORT_NATIVE / ACCELPORT_DUMP_RECORDER / ACCELPORT_DUMP_NATIVE)")
+    module = recorder.load()
+    if module is None:
+        assert native.compiler() is None or native.python_include() is None, (
+            "a C compiler and Python's headers are here, but the compiled recorder did not load"
+        )
+        pytest.skip("no C compiler or no Python headers here: only the Python path (tested everywhere else) runs")
+    return module
 
 
 def manifest(folder: Path) -> list[dict]:

@@ -136,6 +136,21 @@ fail:
     return NULL;
 }
 
+/* The object a weak reference points to (borrowed; Py_None once it is gone). */
+static PyObject *referent(PyObject *ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *obj = NULL;
+    if (PyWeakref_GetRef(ref, &obj) <= 0) {
+        PyErr_Clear();
+        return Py_None;
+    }
+    Py_DECREF(obj);  /* the tensor stays alive: the caller holds it */
+    return obj;
+#else
+    return PyWeakref_GetObject(ref);
+#endif
+}
+
 /* The cached entry of tensor t when it is unchanged since (a borrowed reference), or NULL
  * with no error set. `cache` maps id(t) to (weak reference, version, entry). */
 static PyObject *cached(PyObject *cache, PyObject *t, PyObject *version) {
@@ -144,7 +159,7 @@ static PyObject *cached(PyObject *cache, PyObject *t, PyObject *version) {
     PyObject *hit = PyDict_GetItemWithError(cache, key);
     Py_DECREF(key);
     if (hit == NULL || !PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 3) return NULL;
-    PyObject *alive = PyWeakref_GetObject(PyTuple_GET_ITEM(hit, 0));
+    PyObject *alive = referent(PyTuple_GET_ITEM(hit, 0));
     if (alive != t) return NULL;
     int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(hit, 1), version, Py_EQ);
     if (same <= 0) {
