@@ -28,7 +28,6 @@ from accelport.verify import capture, dumpfile, recorder
 def compiled_recorder():
     """The extension; where a C compiler and Python's headers are present it must load."""
     from accelport import native
-
     from accelport.verify import native as stats_native
 
     if native.disabled(recorder.ENV_VAR, stats_native.ENV_VAR):
