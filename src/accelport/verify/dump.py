@@ -22,7 +22,6 @@ end of each step, or every `flush_every` tensors), never with a per-tensor
 from __future__ import annotations
 
 import bisect
-import contextlib
 import datetime as _dt
 import fnmatch
 import functools
@@ -515,7 +514,6 @@ class Capture:
         self.compiled = compiled  # per-op path in C where it can be built (recorder.py)
         self.recorder = ""  # which ran: "compiled" or "python" (set at start)
         self.current_step = 0
-        self._pid = os.getpid()
         self._live = False  # recording now: started, not closed, this process, a step in range (_set_live)
         self._forked = False  # this is a child forked from the process that started the capture
         self._tensor: Any = None  # torch.Tensor, once started
@@ -665,7 +663,7 @@ class Capture:
         self._handles = []
         if self._stats is not None and self._stats._pool is not None:
             self._stats._pool.shutdown()
-        if os.getpid() != self._pid or not self._opened:
+        if self._forked or not self._opened:
             return
         self._flush()
         assert self._manifest is not None
@@ -684,7 +682,7 @@ class Capture:
 
     def step(self) -> None:
         """End the current step: flush its records and start numbering the next one."""
-        if os.getpid() != self._pid:
+        if self._forked:
             return
         if self._optimizer_frames:
             self._settle_optimizer()
@@ -785,16 +783,7 @@ class Capture:
     def _flush(self) -> None:
         if not self._opened or self._manifest is None:
             return
-        # The copy of device statistics runs torch ops: accelport's own, never recorded (a
-        # flush at the end of a step, from the optimizer's hook, is outside any op).
-        busy, self._busy = self._busy, True
-        try:
-            self._write_pending()
-        finally:
-            self._busy = busy
-
-    def _write_pending(self) -> None:
-        assert self._stats is not None and self._manifest is not None
+        assert self._stats is not None
         resolved = self._stats.resolve()
         if resolved:
             # Tensors measured in this batch may be used again after the flush (as inputs,
@@ -818,13 +807,10 @@ class Capture:
 
     # -- what is being recorded now ----------------------------------------------------------
 
-    def _active(self) -> bool:
-        return self._live
-
     def _set_live(self) -> None:
         self._live = (
             not self._closed
-            and os.getpid() == self._pid
+            and not self._forked
             and self.current_step >= self.first_step
             and (self.last_step is None or self.current_step <= self.last_step)
         )
@@ -930,15 +916,17 @@ class Capture:
         else:
             assert self._stats is not None
             entry = _Entry(dtype, shape, self._stats.compute(t), src)
-        try:
-            version = t._version
-        except RuntimeError:  # an inference tensor: changes to it could not be seen
-            return entry
+        version = _version(t)
+        if version is not None:  # (an inference tensor has none: changes to it could not be seen)
+            self._remember(t, version + 1 if mutated else version, entry)
+        return entry
+
+    def _remember(self, t: Any, version: int, entry: _Entry) -> None:
+        """Keep `entry` as the description of `t` while its version counter reads `version`."""
         cache = self._cache
-        cache[key] = (weakref.ref(t), version + 1 if mutated else version, entry)
+        cache[id(t)] = (weakref.ref(t), version, entry)
         if len(cache) > self._cache_limit:
             self._prune()
-        return entry
 
     def _desc_of(self, entry: _Entry) -> dict[str, Any]:
         """The entry as records list it when nothing is saved or checksummed: built once, shared."""
@@ -1041,12 +1029,10 @@ class Capture:
             return False
         # The view shares its source's version counter once the op returns (torch links
         # them above the dispatch mode: inside it the view still shows a counter of its own).
-        try:
-            version = source._version
-        except RuntimeError:  # an inference tensor: no counter, so no cache; record the view
+        version = _version(source)
+        if version is None:  # an inference tensor: no counter, so no cache; record the view
             return False
-        cache = self._cache
-        hit = cache.get(id(source))
+        hit = self._cache.get(id(source))
         if hit is not None and hit[0]() is source and hit[1] == version:
             base = hit[2]
         else:
@@ -1064,9 +1050,7 @@ class Capture:
         entry.uninitialised = base.uninitialised
         if info[3]:  # same element order: with full tensors, the saved bytes are the view's too
             entry.data = base.data
-        cache[id(result)] = (weakref.ref(result), version, entry)
-        if len(cache) > self._cache_limit:
-            self._prune()
+        self._remember(result, version, entry)
         return True
 
     def _prune(self) -> None:
@@ -1161,7 +1145,6 @@ class Capture:
         """The descriptions of an op's outputs (measured, or shared with the input they alias), each cached."""
         _op, uninitialised, aliasing, same_order, expand, _view, _run = info
         shared = not (save or self.checksums)
-        cache = self._cache
         alias = in_entries[0] if aliasing and in_entries else None
         if expand and in_entries and isinstance(in_entries[0].stats, list):
             alias = _replicated(in_entries[0], outputs)
@@ -1178,8 +1161,7 @@ class Capture:
                 }
                 version = _version(t)
                 if version is not None:
-                    with contextlib.suppress(TypeError):
-                        cache[id(t)] = (weakref.ref(t), version, entry)
+                    self._remember(t, version, entry)
             else:
                 mutated = False
                 for u in inputs:
@@ -1278,7 +1260,7 @@ class Capture:
         name = self._name_of(mod)
         if is_root and self.step_on == "forward" and self._seq and id(mod) in self._entered:
             self.step()
-            if not self._active():
+            if not self._live:
                 return
         if name not in self._call_sites:
             self._call_sites[name] = self._user_line() or ""
@@ -1358,7 +1340,7 @@ class Capture:
             self._settle_optimizer()
         self._optimizer_frames.append(sys._getframe(1))  # the wrapper that runs the step
         self._in_optimizer = len(self._optimizer_frames)
-        if self._busy or not self._active():
+        if self._busy or not self._live:
             return
         if "optimizer" not in self.phases:
             # None of the step's own ops will be recorded: take the dispatch mode off the
@@ -1420,7 +1402,7 @@ class Capture:
         if self._optimizer_frames:
             self._optimizer_frames.pop()
             self._settle_optimizer()
-        if self.step_on == "optimizer" and os.getpid() == self._pid:
+        if self.step_on == "optimizer" and not self._forked:
             self.step()
 
 
