@@ -770,10 +770,6 @@ done:
 
 /* -- the dispatch mode's entry: Capture._on_op --------------------------------------------- */
 
-static PyObject *call_op(PyObject *func, PyObject *args, PyObject *kwargs) {
-    return PyObject_Call(func, args, kwargs);
-}
-
 static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     if (argc != 4) {
         PyErr_SetString(PyExc_TypeError, "on_op(capture, func, args, kwargs)");
@@ -787,7 +783,7 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     int busy = truthy(cap, s_busy);
     int live = busy == 0 ? truthy(cap, s_live) : 0;
     if (busy < 0 || live < 0) return NULL;
-    if (busy || !live) return call_op(func, args, kwargs);
+    if (busy || !live) return PyObject_Call(func, args, kwargs);
     PyObject *phase, *module = NULL, *node_name = Py_None, *known = NULL;
     PyObject *task = PyObject_CallNoArgs(GraphTaskId);
     if (task == NULL) return NULL;
@@ -845,7 +841,7 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     int wanted_phase = PySequence_Contains(phases, phase);
     Py_DECREF(phases);
     if (wanted_phase < 0) goto out;
-    if (!wanted_phase) { result = call_op(func, args, kwargs); goto out; }
+    if (!wanted_phase) { result = PyObject_Call(func, args, kwargs); goto out; }
     PyObject *table = PyObject_GetAttr(cap, s_op_info);
     if (table == NULL) goto out;
     PyObject *key = PyLong_FromVoidPtr(func);
@@ -860,7 +856,7 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     if (info == NULL) goto out;
     if (info == Py_None) {  /* not numeric */
         Py_DECREF(info);
-        result = call_op(func, args, kwargs);
+        result = PyObject_Call(func, args, kwargs);
         goto out;
     }
     int filtered = truthy(cap, s_filtered);
@@ -871,7 +867,7 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
         Py_XDECREF(ok);
         if (wanted <= 0) {
             Py_DECREF(info);
-            if (wanted == 0) result = call_op(func, args, kwargs);
+            if (wanted == 0) result = PyObject_Call(func, args, kwargs);
             goto out;
         }
     }

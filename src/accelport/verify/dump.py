@@ -58,15 +58,10 @@ _ALIAS_OPS = _SAME_ORDER_OPS | {"aten.t.default", "aten.transpose.int", "aten.pe
 # asked to (views=True), they are not recorded; their output is listed where it is used,
 # with the statistics and the producing record (src) of the tensor it views. A view can
 # never be where two runs first diverge, and these are most of a training step's ops
-# (about 60% of a transformer's), each paying the Python of a record.
-_VIEW_OPS = frozenset(
-    {
-        "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten._reshape_alias.default",
-        "aten.view_as.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.default",
-        "aten.squeeze.dims", "aten.flatten.using_ints", "aten.detach.default", "aten.alias.default",
-        "aten.t.default", "aten.transpose.int", "aten.permute.default", "aten.expand.default",
-    }
-)  # fmt: skip
+# (about 60% of a transformer's), each paying the Python of a record. They are the
+# aliasing ops that copy nothing, and expand.
+_COPY_OPS = frozenset({"aten.clone.default", "aten.contiguous.default", "aten.lift_fresh.default"})
+_VIEW_OPS = (_ALIAS_OPS - _COPY_OPS) | {"aten.expand.default"}
 # Ops whose output is uninitialised memory: recorded without statistics.
 _UNINITIALISED_PREFIXES = ("aten.empty", "aten.new_empty")
 # Dispatcher calls that compute nothing (profiler ranges such as the optimizer's record_function).
