@@ -22,18 +22,8 @@ def test_bootstrap_ci_brackets_the_median_and_is_deterministic():
     assert bench.bootstrap_median_ci([2.0]) == (2.0, 2.0)
 
 
-class PlantedClock:
-    """A clock the step moves by hand: planted step times are exact whatever the machine's load."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_run_measures_planted_step_times_and_stops_on_its_rule():
-    clock = PlantedClock()
+def test_run_measures_planted_step_times_and_stops_on_its_rule(planted_clock):
+    clock = planted_clock
 
     def step():
         clock.now += 0.002
@@ -190,14 +180,14 @@ def test_stop_rule_converges_on_steady_steps_and_not_on_planted_noise():
     assert rule.reason([*noisy, 0.005], elapsed_s=0.0) == "max-steps"
 
 
-def test_stop_rule_ends_on_the_time_budget_before_convergence_or_max_steps():
+def test_stop_rule_ends_on_the_time_budget_before_convergence_or_max_steps(planted_clock):
     rule = bench.StopRule(warmup=0, min_steps=10, max_steps=1000, budget_s=5.0, target_ci=0.05)
     noisy = [0.005 if i % 2 else 0.015 for i in range(50)]
     assert rule.reason(noisy, elapsed_s=4.9) is None
     assert rule.reason(noisy, elapsed_s=5.0) == "budget"
     # A whole run: steps that never converge (planted noise, 1 and 20 ms in turn) stop on the budget,
     # after the step that takes the planted clock past 0.5 s: 24 pairs (0.504 s), the first a warm-up.
-    clock = PlantedClock()
+    clock = planted_clock
     count = [0]
 
     def noisy_step():

@@ -31,18 +31,8 @@ def _training_step():
     return step
 
 
-class PlantedClock:
-    """A step timer the test moves by hand: planted step times are exact whatever the machine's load."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_clean_training_run_passes():
-    clock = PlantedClock()
+def test_clean_training_run_passes(planted_clock):
+    clock = planted_clock
     step = _training_step()
 
     def steady():
@@ -70,8 +60,8 @@ def test_step_times_come_from_the_real_clock_by_default():
         (0.050, 0.0002, False),  # 7 ms slower, above the floor, but only 14% of a 50 ms step
     ],
 )
-def test_planted_step_time_drift_is_detected(base_s, per_step_s, caught):
-    clock = PlantedClock()
+def test_planted_step_time_drift_is_detected(planted_clock, base_s, per_step_s, caught):
+    clock = planted_clock
     step = _training_step()
     count = [0]
 
