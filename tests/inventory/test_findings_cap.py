@@ -62,3 +62,29 @@ def test_a_cuda_source_is_capped_too(tmp_path):
     malloc = [f for f in capped if f.symbol == "cudaMalloc"]
     assert len(malloc) == 50 + 1
     assert any(f.message.startswith("150 more ") for f in malloc)
+
+
+def test_a_file_scanned_in_windows_gives_the_findings_of_one_whole_scan():
+    from accelport.inventory.python import chunks, code_token_lines, scan_in_windows
+
+    # Imports (walked with every window), an alias whose uses hold no CUDA token, statements
+    # over several lines (some across a window's edge), a function body, device strings.
+    block = (
+        "def step_{i}(x):\n"
+        "    y = torch.zeros(\n"
+        "        3, device='cuda')\n"
+        "    sync()\n"
+        "    return x.cuda() + y\n"
+        "z_{i} = torch.device('cuda:0')\n"
+    )
+    text = "import torch\nimport pycuda.autoinit\nfrom torch.cuda import synchronize as sync\n" + "".join(block.format(i=i) for i in range(120))
+    data = text.encode()
+    whole = PythonScanner().scan(SourceFile("w.py", data))
+    wanted = sorted(code_token_lines(data, chunks.LazyEdges(data)))
+    windowed = scan_in_windows(SourceFile("w.py", data), wanted, 37, chunks.LazyEdges(data))  # 37: edges inside statements
+
+    def key(f):
+        return (f.rule_id, f.location.line, f.location.column, f.message)
+
+    assert len(whole) > 4 * 120 and any(f.symbol.endswith("synchronize") for f in whole)  # the alias was followed
+    assert sorted(map(key, windowed)) == sorted(map(key, whole))  # nothing lost, nothing twice
