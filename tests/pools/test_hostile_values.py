@@ -64,6 +64,12 @@ def _set(target: str, value: str):
         "pool.ascend.kubernetes.node_selector.accelerator": lambda job, pool: (
             job, replace(pool, kubernetes=replace(pool.kubernetes, node_selector={"accelerator": value}))
         ),
+        "pool.name": lambda job, pool: (job, replace(pool, name=value)),
+        "pool.ascend.kubernetes.namespace": kube_field("namespace"),
+        "pool.ascend.kubernetes.resource": kube_field("resource"),
+        "pool.ascend.kubernetes.tolerations[0].value": lambda job, pool: (
+            job, replace(pool, kubernetes=replace(pool.kubernetes, tolerations=({"key": "k", "value": value},)))
+        ),
         "pool.ascend.vendor.name": vendor_field("name"),
         "pool.ascend.vendor.torch_device": vendor_field("torch_device"),
         "pool.ascend.vendor.distributed_backend": vendor_field("distributed_backend"),
@@ -77,7 +83,8 @@ FIELDS = [
     "job.time_limit", "job.job_id", "job.images.npu", "pool.ascend.slurm.partition", "pool.ascend.slurm.account",
     "pool.ascend.slurm.qos", "pool.ascend.slurm.constraint", "pool.ascend.slurm.gres", "pool.ascend.slurm.gres_type",
     "pool.ascend.kubernetes.queue", "pool.ascend.kubernetes.image", "pool.ascend.kubernetes.scheduler_name",
-    "pool.ascend.kubernetes.node_selector.accelerator", "pool.ascend.vendor.name", "pool.ascend.vendor.torch_device",
+    "pool.ascend.kubernetes.node_selector.accelerator", "pool.ascend.kubernetes.namespace", "pool.ascend.kubernetes.resource",
+    "pool.ascend.kubernetes.tolerations[0].value", "pool.ascend.vendor.name", "pool.ascend.vendor.torch_device",
     "pool.ascend.vendor.distributed_backend", "pool.ascend.vendor.visible_devices[0]",
 ]
 
@@ -97,6 +104,15 @@ def test_a_control_character_in_any_field_is_refused_naming_the_field(golden_job
     message = str(refused.value)
     assert target in message, message
     assert "\n" not in message and "\r" not in message and "\x1b" not in message  # the error itself is one safe line
+
+
+@pytest.mark.parametrize("engine", ["slurm", "kubernetes"])
+def test_a_control_character_in_the_pool_name_is_refused_in_one_line(golden_job, ascend, engine):
+    job, pool = _set("pool.name", "ascend\ntouch PWNED")(golden_job, ascend)
+    with pytest.raises(UserError) as refused:
+        render_for_pool(job, pool.on(engine))
+    assert "pool.ascend\\ntouch PWNED.name 'ascend\\ntouch PWNED' contains a newline" in str(refused.value)
+    assert "\n" not in str(refused.value)
 
 
 def test_control_characters_in_the_toml_files_are_refused_when_read(tmp_path):
@@ -198,7 +214,7 @@ def test_hostile_directive_values_are_quoted_for_sbatch_and_run_nothing(golden_j
     assert env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3"
 
 
-@pytest.mark.parametrize("target", ["job.command[0]", "job.command[2]", "job.env.HOSTILE", "pool.ascend.vendor.name",
+@pytest.mark.parametrize("target", ["job.command[0]", "job.command[2]", "job.env.HOSTILE", "pool.name", "pool.ascend.vendor.name",
                                     "pool.ascend.vendor.torch_device", "pool.ascend.vendor.distributed_backend"])
 @pytest.mark.parametrize("pool_name", ["ascend", "nvidia"])
 def test_hostile_command_and_environment_reach_the_task_word_for_word(golden_job, golden_pools, tmp_path, target, pool_name):
@@ -210,6 +226,8 @@ def test_hostile_command_and_environment_reach_the_task_word_for_word(golden_job
     assert argv == [*TORCHRUN_HEAD, *job.command]
     if target == "job.env.HOSTILE":
         assert env["HOSTILE"] == PAYLOAD
+    if target == "pool.name":
+        assert env["ACCELPORT_POOL"] == PAYLOAD
     if target.endswith("torch_device"):
         assert env["ACCELPORT_DEVICE"] == PAYLOAD
     if target.endswith("distributed_backend"):
