@@ -22,14 +22,25 @@ def test_bootstrap_ci_brackets_the_median_and_is_deterministic():
     assert bench.bootstrap_median_ci([2.0]) == (2.0, 2.0)
 
 
-def test_run_measures_a_sleeping_step_and_stops_on_its_rule():
-    result = bench.run(lambda: time.sleep(0.002), rule=bench.StopRule(warmup=2, min_steps=5, max_steps=12, budget_s=10),
-                       samples_per_step=8)
+def test_run_measures_planted_step_times_and_stops_on_its_rule(planted_clock):
+    clock = planted_clock
+
+    def step():
+        clock.now += 0.002
+
+    result = bench.run(step, rule=bench.StopRule(warmup=2, min_steps=5, max_steps=12, budget_s=10), samples_per_step=8,
+                       clock=clock)
     data = result.to_dict()
-    assert 0.0019 < data["median_s"] < 0.05
-    assert data["steps"] <= 12 and data["warmup"] == 2
-    assert data["stop_reason"] in ("converged", "max-steps")
-    assert data["samples_per_s"]["median"] == pytest.approx(8 / data["median_s"])
+    assert data["median_s"] == pytest.approx(0.002)
+    assert data["steps"] == 5 and data["warmup"] == 2  # identical steps: the CI is tight at min_steps
+    assert data["stop_reason"] == "converged"
+    assert data["samples_per_s"]["median"] == pytest.approx(8 / 0.002)
+
+
+def test_run_times_a_sleeping_step_with_the_real_clock_by_default():
+    result = bench.run(lambda: time.sleep(0.002), rule=bench.StopRule(warmup=1, min_steps=3, max_steps=3, budget_s=1e9))
+    assert len(result.times_s) == 3
+    assert all(t >= 0.002 for t in result.times_s)  # a sleep never ends early; no upper bound: load may slow any step
 
 
 def _result(median: float, samples=None) -> bench.BenchResult:
@@ -169,21 +180,24 @@ def test_stop_rule_converges_on_steady_steps_and_not_on_planted_noise():
     assert rule.reason([*noisy, 0.005], elapsed_s=0.0) == "max-steps"
 
 
-def test_stop_rule_ends_on_the_time_budget_before_convergence_or_max_steps():
+def test_stop_rule_ends_on_the_time_budget_before_convergence_or_max_steps(planted_clock):
     rule = bench.StopRule(warmup=0, min_steps=10, max_steps=1000, budget_s=5.0, target_ci=0.05)
     noisy = [0.005 if i % 2 else 0.015 for i in range(50)]
     assert rule.reason(noisy, elapsed_s=4.9) is None
     assert rule.reason(noisy, elapsed_s=5.0) == "budget"
-    # A real run: steps that never converge (planted noise) stop on the budget, far below max_steps.
+    # A whole run: steps that never converge (planted noise, 1 and 20 ms in turn) stop on the budget,
+    # after the step that takes the planted clock past 0.5 s: 24 pairs (0.504 s), the first a warm-up.
+    clock = planted_clock
     count = [0]
 
     def noisy_step():
         count[0] += 1
-        time.sleep(0.001 if count[0] % 2 else 0.02)
+        clock.now += 0.001 if count[0] % 2 else 0.02
 
-    result = bench.run(noisy_step, rule=bench.StopRule(warmup=1, min_steps=5, max_steps=100_000, budget_s=0.5, target_ci=0.001))
+    result = bench.run(noisy_step, rule=bench.StopRule(warmup=1, min_steps=5, max_steps=100_000, budget_s=0.5, target_ci=0.001),
+                       clock=clock)
     assert result.stop_reason == "budget" and not result.converged
-    assert 5 <= len(result.times_s) < 100_000
+    assert count[0] == 48 and len(result.times_s) == 47
     assert result.to_dict()["converged"] is False
 
 

@@ -69,6 +69,9 @@ def _write_or_print(artefacts, args: argparse.Namespace) -> None:
         ]
         emit(json.dumps(payload, indent=2) + "\n", args.output)
         return
+    if len(artefacts) == 1:  # the file itself: a batch script's #! must stay its first line
+        emit(artefacts[0].text, args.output)
+        return
     chunks = [f"# ---- {a.filename} ----\n{a.text}" for a in artefacts]
     emit("\n".join(chunks), args.output)
 

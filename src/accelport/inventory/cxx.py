@@ -208,7 +208,8 @@ class _FileScan:
         finding = make_finding(rule_id, symbol=symbol, location=location, snippet=self.source.snippet(location.line), **kwargs)
         if family and family != finding.family:
             finding = replace(finding, family=family)
-        self.findings.append(finding)
+        if self.source.admit(finding):
+            self.findings.append(finding)
         return finding
 
     def _device_context(self, node) -> bool:
@@ -537,7 +538,7 @@ class _FileScan:
     def _finish_type_counts(self) -> None:
         for symbol, index in self.first_type_finding.items():
             uses = self.type_uses[symbol]
-            if uses > 1:
+            if uses > 1 and index < len(self.findings):  # beyond the file's finding limit it was not kept
                 finding = self.findings[index]
                 self.findings[index] = replace(finding, message=f"{finding.message} ({uses} uses in this file)")
 

@@ -480,26 +480,28 @@ def run(
     samples_per_step: float | None = None,
     tokens_per_step: float | None = None,
     params: dict[str, str] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> BenchResult:
     """Benchmark `step_fn` (see the module docstring); the device is synchronised around each call.
 
     `params` (model, shape, batch, ...) define the scenario with its name: `compare` refuses
-    a baseline whose scenario differs.
+    a baseline whose scenario differs. `clock` (seconds, monotonic) times the steps and the
+    budget; tests plant exact step times with their own.
     """
     rule = rule or StopRule()
     _reset_peak()
     times: list[float] = []
-    started = time.monotonic()
+    started = clock()
     reason = None
     while reason is None:
         _synchronize()
-        t0 = time.perf_counter()
+        t0 = clock()
         step_fn()
         _synchronize()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
         if len(times) == rule.warmup:
             _reset_peak()
-        reason = rule.reason(times, time.monotonic() - started)
+        reason = rule.reason(times, clock() - started)
     memory = device_memory()
     return BenchResult(
         scenario=scenario,
