@@ -45,8 +45,10 @@ def find_examples(explicit: str | None) -> Path:
         if not (path / "legacy_cuda_app").is_dir():
             raise UserError(f"{path}: has no legacy_cuda_app/; pass the repository's examples/ folder")
         return path
-    # Source checkout (editable install): src/accelport/cli/demo.py -> repo/examples
-    for candidate in (Path(__file__).resolve().parents[3] / "examples", Path.cwd() / "examples"):
+    here = Path(__file__).resolve()
+    # Installed wheel: the example ships as package data (accelport/_examples);
+    # source checkout (editable install): src/accelport/cli/demo.py -> repo/examples.
+    for candidate in (here.parents[1] / "_examples", here.parents[3] / "examples", Path.cwd() / "examples"):
         if (candidate / "legacy_cuda_app").is_dir():
             return candidate
     raise UserError("cannot find examples/legacy_cuda_app; run from the repository root or pass --examples DIR")
