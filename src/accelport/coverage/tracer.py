@@ -614,7 +614,7 @@ def trace(
     spec = label or (factory if isinstance(factory, str) else getattr(factory, "__qualname__", repr(factory)))
     build = load_factory(factory) if isinstance(factory, str) else factory
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
-    import torch  # noqa: F401  (imported here so `accelport --help` stays fast)
+    import torch  # (imported here so `accelport --help` stays fast)
 
     started = time.perf_counter()
     silenced: list[str] = []
