@@ -61,7 +61,7 @@ def test_legend_entries_do_not_overlap_each_other_the_plot_or_the_edge(names, me
     boxes = _legend_boxes(markup, measure)
     assert len(boxes) == len(names)
     for i, (x0, y0, x1, y1, label) in enumerate(boxes):
-        assert 0 <= x0 and x1 <= width, (label, x1, width)
+        assert x0 >= 0 and x1 <= width, (label, x1, width)
         assert y0 >= 18 and y1 <= plot_top, label  # below the title, above the plot
         for ox0, oy0, ox1, oy1, other in boxes[i + 1:]:
             apart = x1 <= ox0 or ox1 <= x0 or y1 <= oy0 or oy1 <= y0
