@@ -100,7 +100,7 @@ def test_a_loss_function_that_raises_is_named_exit_2(cli, model_spec):
 
 
 def test_demo_step_shows_the_example_on_four_backends(cli, tmp_path):
-    result = cli("demo", "--only", "step30", "--workdir", tmp_path / "demo")
+    result = cli("demo", "--only", "step30", "--output-dir", tmp_path / "demo")
     assert result.code == 0, result.out + result.err
     for vendor in ("npu", "musa", "mlu", "xpu"):
         assert any(ln.startswith(vendor) for ln in result.out.splitlines())

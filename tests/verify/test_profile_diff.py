@@ -489,7 +489,7 @@ def test_cli_profile_runs_a_script_and_profiles_its_marked_steps(tmp_path):
         raise SystemExit("the profiler should have stopped the run after its steps")
     """))
     out = tmp_path / "t.json"
-    done = subprocess.run([sys.executable, "-m", "accelport", "profile", "--steps", "2", "--warmup", "1", "-o", str(out),
+    done = subprocess.run([sys.executable, "-m", "accelport", "profile", "--steps", "2", "--warmup", "1", "--trace", str(out),
                            "--", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = profile.profile_trace(out)
@@ -505,7 +505,7 @@ def test_cli_profile_runs_a_script_and_profiles_its_marked_steps(tmp_path):
         (["--", "python", "nope.py"], "nope.py: script not found"),
         (["--", "{folder}"], "is a folder, not a script"),
         (["--", "/nonexistent/python3", "{script}"], "/nonexistent/python3: cannot start"),
-        (["-o", "/nonexistent/dir/t.json", "--", "{script}"], "-o /nonexistent/dir/t.json: folder"),
+        (["--trace", "/nonexistent/dir/t.json", "--", "{script}"], "--trace /nonexistent/dir/t.json: folder"),
         (["--steps", "0", "--", "{script}"], "--steps 0: must be 1 <= steps"),
         (["--warmup", "-1", "--", "{script}"], "--warmup -1"),
     ],

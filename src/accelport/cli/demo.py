@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelport.cli._conventions import add_output_dir
 from accelport.cli._output import Style, use_color
 from accelport.errors import UserError
 
@@ -63,7 +64,7 @@ def steps() -> list:
 
 def run(args: argparse.Namespace) -> int:
     examples = find_examples(args.examples)
-    workdir = Path(args.workdir).resolve()
+    workdir = Path(args.output_dir).resolve()
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
@@ -96,6 +97,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--examples", metavar="DIR", help="the examples/ folder (default: found from the checkout)")
-    parser.add_argument("--workdir", default="accelport-demo", metavar="DIR", help="scratch folder, recreated (default: %(default)s)")
+    add_output_dir(parser, "demo", "scratch folder, recreated", default="accelport-demo", old=("--workdir",))
     parser.add_argument("--only", nargs="*", metavar="WORD", help="run only the steps whose module name contains WORD")
     parser.set_defaults(handler=run)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 
+from accelport.cli._conventions import add_format
 from accelport.cli._output import Style, emit, use_color
 
 ORDER = 40
-FORMATS = ("table", "json", "md", "html")
+FORMATS = ("table", "json", "markdown", "html")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,6 +101,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--on-device", action="store_true", help="judge with this machine's dispatcher (imports each target's adapter)")
     parser.add_argument("--smoke", action="store_true", help="with --on-device: run each operator once per traced dtype on the device")
     parser.add_argument("--lists", action="store_true", help="list the operator lists accelport knows, and exit")
-    parser.add_argument("--format", choices=FORMATS, default="table")
+    add_format(parser, FORMATS)
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     parser.set_defaults(handler=run)
