@@ -83,7 +83,7 @@ def test_passing_spec_writes_html_junit_and_json(cli, tmp_path):
     done = cli("accept", tmp_path / "spec.toml", "--output-dir", tmp_path / "out")
     assert done.code == 0, done.out + done.err
     data = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert data["verdict"] == "pass" and data["counts"] == {"pass": 3, "fail": 0, "error": 0}
+    assert data["verdict"] == "pass" and data["counts"] == {"pass": 3, "fail": 0, "error": 0, "inconclusive": 0}
     suites = ET.parse(tmp_path / "out" / "report.junit.xml").getroot()
     assert sum(int(s.get("tests")) for s in suites) == 3
     assert sum(int(s.get("failures")) for s in suites) == 0
@@ -470,3 +470,26 @@ def test_the_browser_check_catches_a_planted_console_error(chromium, tmp_path):
     assert any("planted error" in p for p in seen["problems"])
     assert any("undefinedFunction" in p for p in seen["problems"])
 
+
+
+def test_a_floor_inside_the_ci_makes_the_verdict_inconclusive_not_pass(cli, tmp_path):
+    import random
+
+    _inputs(tmp_path)
+    for name, median, seed in (("base.json", 0.010, 1), ("test.json", 0.010 / 0.70, 2)):
+        rng = random.Random(seed)  # +-40% per step: 0.70x of the baseline with the 0.6 floor inside the CI
+        times = [median * (1 + rng.uniform(-0.4, 0.4)) for _ in range(12)]
+        result = bench.BenchResult(scenario="step", times_s=times, warmup=2, stop_reason="converged", samples_per_step=8)
+        (tmp_path / name).write_text(json.dumps(result.to_dict()))
+    (tmp_path / "spec.toml").write_text(SPEC)
+    done = cli("accept", tmp_path / "spec.toml", "--output-dir", tmp_path / "out")
+    assert done.code == 1  # a gate does not pass what it could not show
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert data["verdict"] == "inconclusive" and data["counts"]["inconclusive"] == 1 and data["counts"]["fail"] == 0
+    check = data["checks"][0]
+    assert check["status"] == "inconclusive" and "more steps per side would decide" in check["summary"]
+    assert ": INCONCLUSIVE" in done.out
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert '<span class="badge warn">INCONCLUSIVE</span>' in html
+    failure = ET.parse(tmp_path / "out" / "report.junit.xml").getroot().find(".//testcase[@name='train step']/failure")
+    assert failure is not None and failure.get("message").startswith("inconclusive:")
