@@ -65,6 +65,56 @@ def test_compare_passes_at_the_floor_and_fails_below():
     assert bench.compare(_result(0.010, samples=32), _result(0.010, samples=32)).mismatch == ()
 
 
+def _noisy(median: float, steps: int, spread: float, seed: int) -> bench.BenchResult:
+    import random
+
+    rng = random.Random(seed)
+    times = [median * (1 + rng.uniform(-spread, spread)) for _ in range(steps)]
+    return bench.BenchResult(scenario="s", times_s=times, warmup=0, stop_reason="converged")
+
+
+def test_a_floor_inside_the_ci_is_inconclusive_and_says_how_many_steps_would_decide():
+    # 0.70x of the baseline with +-40% noise per step: a floor of 0.6 lies inside the CI.
+    baseline, test = _noisy(0.010, 12, 0.4, 1), _noisy(0.010 / 0.70, 12, 0.4, 2)
+    comparison = bench.compare(test, baseline, floor=0.6)
+    assert comparison.ci_low < 0.6 < comparison.ci_high and comparison.ratio > 0.6
+    assert comparison.verdict == "inconclusive" and comparison.passed is False  # the old rule said pass
+    more = comparison.steps_to_decide
+    assert more and more > 0
+    assert f"about {more} more steps per side" in comparison.describe()
+    data = comparison.to_dict()
+    assert data["verdict"] == "inconclusive" and data["steps_to_decide"] == more
+    # Measuring that many more steps of the same machines decides it.
+    longer = bench.compare(_noisy(0.010 / 0.70, 12 + more, 0.4, 3), _noisy(0.010, 12 + more, 0.4, 4), floor=0.6)
+    assert longer.verdict == "pass", (longer.ci_low, longer.ci_high, more)
+
+
+def test_whole_ci_above_or_below_the_floor_decides_and_a_ratio_on_the_floor_never_does():
+    baseline = _result(0.010)
+    assert bench.compare(_result(0.010), baseline, floor=0.6).verdict == "pass"
+    assert bench.compare(_result(0.025), baseline, floor=0.6).verdict == "fail"
+    on_floor = bench.Comparison(scenario="s", ratio=0.6, ci_low=0.45, ci_high=0.8, floor=0.6, basis="step time",
+                                test_median_s=0.0167, baseline_median_s=0.010, memory_ratio=None, steps=12)
+    assert on_floor.verdict == "inconclusive"
+    assert on_floor.steps_to_decide is None and "no number of steps decides" in on_floor.describe()
+    # On the log scale the CI runs from -0.2 to +0.7 around the floor (half-width h = 0.45) and the
+    # ratio is d = 0.25 above it: 12 x (0.45 / 0.25)^2 = 38.9, so 39 steps in all, 27 more.
+    near = bench.Comparison(scenario="s", ratio=0.6 * 2.718281828 ** 0.25, ci_low=0.6 * 2.718281828 ** -0.2,
+                            ci_high=0.6 * 2.718281828 ** 0.7, floor=0.6, basis="step time", test_median_s=0.0,
+                            baseline_median_s=0.0, memory_ratio=None, steps=12)
+    assert near.steps_to_decide == 27
+
+
+def test_cli_bench_says_inconclusive_and_exits_1(cli, tmp_path):
+    import json
+
+    (tmp_path / "base.json").write_text(json.dumps(_noisy(0.010, 12, 0.4, 1).to_dict()))
+    (tmp_path / "test.json").write_text(json.dumps(_noisy(0.010 / 0.70, 12, 0.4, 2).to_dict()))
+    done = cli("bench", "--result", tmp_path / "test.json", "--baseline", tmp_path / "base.json", "--floor", "0.6")
+    assert done.code == 1
+    assert "INCONCLUSIVE" in done.out and "more steps per side would decide" in done.out
+
+
 @pytest.mark.parametrize(
     ("change", "difference"),
     [

@@ -17,7 +17,7 @@ from accelport import __version__, knowledge
 from accelport.findings import Category, Effort, Finding, Report
 from accelport.report import markdown
 
-FORMATS = ("table", "json", "sarif", "csv", "md", "html")
+FORMATS = ("table", "json", "sarif", "csv", "markdown", "html")
 
 
 def _by_file(report: Report) -> dict[str, list[Finding]]:
@@ -395,6 +395,6 @@ RENDERERS: dict[str, Callable[[Report], str]] = {
     "json": render_json,
     "sarif": render_sarif,
     "csv": render_csv,
-    "md": render_markdown,
+    "markdown": render_markdown,
     "html": render_html,
 }
