@@ -18,9 +18,9 @@ def test_every_inventory_rule_module_registers_rules():
 
 
 def test_every_codemod_module_registers_codemods():
-    from accelport.migrate import codemods
-
     import sys
+
+    from accelport.migrate import codemods
 
     registered = {f.__module__ for f in codemods.load().values()}
     assert _modules(codemods) <= set(sys.modules)  # every file was imported by load()
