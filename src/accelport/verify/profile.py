@@ -964,12 +964,10 @@ class ModuleScopes:
 
 def _export_trace(prof: Any, target: Path) -> None:
     """torch writes the trace by file name: write it beside the target, then rename (never half a trace)."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
+    from accelport.fileio import atomic_path
+
+    with atomic_path(target) as tmp:
         prof.export_chrome_trace(str(tmp))
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
