@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.output_dir}: folder is not empty; dump into a new folder")
     modules, ops = _filters(args.filter, "--filter")
     tensor_modules, tensor_ops = _filters(args.tensor_filter, "--tensor-filter")
-    from accelport.verify.dump import ENV_VAR, PHASES, parse_steps, bootstrap_dir
+    from accelport.verify.dump import ENV_VAR, PHASES, bootstrap_dir, parse_steps
 
     parse_steps(args.steps)  # fail early on a bad range
     phases = args.phases.split(",") if args.phases else ["forward", "backward", "other"]
