@@ -114,6 +114,7 @@ _QUERY_SOURCE = """
 (init_declarator declarator: (identifier) @const_name value: (number_literal) @const_value)
 (preproc_arg) @macro_body
 (launch_bounds) @launch_bounds
+(for_statement) @for_loop
 (ERROR) @error
 """
 
@@ -276,6 +277,7 @@ class _FileScan:
         self._fp64(captures.get("primitive", []))
         self._warp_size_constants(captures)
         self._launch_bounds(captures.get("launch_bounds", []))
+        self._warp_loops(captures.get("for_loop", []))
         self._registrations(captures.get("call", []))
         self._finish_type_counts()
         return sorted(self.findings, key=Finding.sort_key)
@@ -599,6 +601,32 @@ class _FileScan:
             if _WARP_SIZE_NAME.fullmatch(name.text.decode("ascii", errors="replace")) and _squash(value.text).rstrip("uU") == "32":
                 self.add("AP9108", name, name.text.decode("ascii"), backends=_warp_backends())
 
+    def _warp_loops(self, loops) -> None:
+        """Shuffle reductions whose loop walks the offsets of a 32-lane warp (16, 8, 4, 2, 1 or 1 .. 16).
+
+        Flagged only when the loop variable is the offset of a warp shuffle in the body: a
+        halving loop over shared memory, or one that starts from warpSize / 2, is not.
+        """
+        for node in loops:
+            if self.device_function_at(node.start_byte) is None:
+                continue
+            parts = {name: node.child_by_field_name(name) for name in ("initializer", "condition", "update", "body")}
+            if any(part is None for part in parts.values()):
+                continue
+            start = _LOOP_START.fullmatch(_squash(parts["initializer"].text).rstrip(";"))
+            if start is None:
+                continue
+            var, value = start.group("var"), start.group("value").lower().rstrip("u")
+            update = _squash(parts["update"].text).replace(" ", "")
+            condition = _squash(parts["condition"].text).replace(" ", "")
+            halving = value in {"16", "0x10"} and update in _halvings(var)
+            doubling = value == "1" and update in _doublings(var) and condition in {f"{var}<32", f"{var}<=16", f"{var}<0x20"}
+            if not (halving or doubling) or not _shuffles_with(parts["body"].text, var):
+                continue
+            walk = "16, 8, 4, 2, 1" if halving else "1, 2, 4, 8, 16"
+            self.add("AP9109", parts["initializer"], f"{var} = {value}",
+                     message=f"warp reduction loop over offsets {walk}: assumes 32-lane warps", backends=_warp_backends())
+
     def _launch_bounds(self, bounds) -> None:
         for node in bounds:
             numbers = [c for c in node.named_children if c.type == "number_literal"]
@@ -859,6 +887,30 @@ def _occurrences(data: bytes, words: set[str]) -> list[tuple[int, str]]:
 
 def _is_word_byte(byte: int) -> bool:
     return byte == 95 or 48 <= byte <= 57 or 65 <= byte <= 90 or 97 <= byte <= 122
+
+
+_LOOP_START = re.compile(r"(?:(?:unsigned\s+|const\s+)?(?:int|unsigned|uint32_t|int32_t|size_t|auto)\s+)?(?P<var>[A-Za-z_]\w*)\s*=\s*(?P<value>0[xX]10|16|1)[uU]?")
+
+
+def _halvings(var: str) -> set[str]:
+    return {f"{var}/=2", f"{var}>>=1", f"{var}={var}/2", f"{var}={var}>>1"}
+
+
+def _doublings(var: str) -> set[str]:
+    return {f"{var}*=2", f"{var}<<=1", f"{var}={var}*2", f"{var}={var}<<1"}
+
+
+def _shuffles_with(body: bytes, var: str) -> bool:
+    """Whether `body` calls a __shfl* intrinsic with `var` among its arguments."""
+    text = body.decode("utf-8", errors="replace")
+    for match in re.finditer(r"__shfl\w*\s*\(", text):
+        depth, index = 1, match.end()
+        while index < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[index], 0)
+            index += 1
+        if re.search(rf"\b{re.escape(var)}\b", text[match.end():index]):
+            return True
+    return False
 
 
 def _squash(text: bytes) -> str:
