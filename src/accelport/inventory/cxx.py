@@ -24,7 +24,7 @@ from accelport.inventory.base import (
     backend_statuses,
     make_finding,
 )
-from accelport.inventory.cuda_api import ApiEntry, Catalogue, catalogue
+from accelport.inventory.cuda_api import ApiEntry, Catalogue, catalogue, rule_for_family
 from accelport.inventory.kernel_equivalents import (
     equivalent_for_kernel,
     equivalent_for_library_call,
@@ -76,24 +76,6 @@ _FULL_MASKS = frozenset({"0xffffffff", "0xffffffffu", "0xffffffffull", "~0u", "0
 _WARP_SIZE_NAME = re.compile(r"(?i)k?_?warp_?size")
 
 # Library family -> rule.
-_LIBRARY_RULES = {
-    "cublas": "AP4101",
-    "cudnn": "AP4102",
-    "cufft": "AP4103",
-    "curand": "AP4104",
-    "cusolver": "AP4105",
-    "cusparse": "AP4106",
-    "cub": "AP4107",
-    "thrust": "AP4108",
-    "nccl": "AP4109",
-    "cutlass": "AP4110",
-    "cute": "AP4110",
-    "cutensor": "AP4111",
-    "nvtx": "AP4112",
-    "rtc": "AP4113",
-    "cucomplex": "AP4114",
-    "cupti": "AP4115",
-}
 _HEADER_RULES = {
     Category.FRAMEWORK_API: "AP1910",
     Category.RUNTIME_API: "AP2010",
@@ -510,7 +492,7 @@ class _FileScan:
         elif family == "cooperative_groups":
             rule = "AP5012"
         else:
-            rule = _LIBRARY_RULES.get(family)
+            rule = rule_for_family(entry.family)  # from the knowledge files: a site family needs no code
             if rule is None:
                 return
         is_type = (not call) and (entry.kind == "type" or not entry.in_table)
