@@ -16,7 +16,7 @@ from functools import cache
 from typing import Any
 
 from accelport import knowledge
-from accelport.findings import BackendStatus, Category, Finding, Location
+from accelport.findings import BackendStatus, Category, Finding, Location, sorted_findings
 from accelport.inventory.base import (
     FileScanner,
     ScanSkipped,
@@ -70,7 +70,18 @@ _LAUNCH_APIS = frozenset(
     }
 )
 _MANAGED = frozenset({"cudaMallocManaged", "cuMemAllocManaged", "__managed__"})
-_REGISTRATIONS = frozenset({"TORCH_LIBRARY", "TORCH_LIBRARY_IMPL", "TORCH_LIBRARY_FRAGMENT", "PYBIND11_MODULE"})
+_REGISTRATIONS = frozenset(
+    {
+        "TORCH_LIBRARY",
+        "TORCH_LIBRARY_IMPL",
+        "TORCH_LIBRARY_FRAGMENT",
+        "PYBIND11_MODULE",
+        # torch's stable ABI (torch/csrc/stable/library.h, torch >= 2.9)
+        "STABLE_TORCH_LIBRARY",
+        "STABLE_TORCH_LIBRARY_IMPL",
+        "STABLE_TORCH_LIBRARY_FRAGMENT",
+    }
+)
 _CUDA_DEVICE_CHECKS = frozenset({"is_cuda", "kCUDA"})
 _FULL_MASKS = frozenset({"0xffffffff", "0xffffffffu", "0xffffffffull", "~0u", "0xffffffffffffffff"})
 _WARP_SIZE_NAME = re.compile(r"(?i)k?_?warp_?size")
@@ -113,6 +124,7 @@ _QUERY_SOURCE = """
 (preproc_def name: (identifier) @define_name value: (preproc_arg) @define_value)
 (init_declarator declarator: (identifier) @const_name value: (number_literal) @const_value)
 (preproc_arg) @macro_body
+(preproc_function_def name: (identifier) @function_macro_name)
 (launch_bounds) @launch_bounds
 (ERROR) @error
 """
@@ -192,6 +204,9 @@ class _FileScan:
         self.type_uses: Counter[str] = Counter()
         self.first_type_finding: dict[str, int] = {}
         self.cuda_source = source.display.lower().endswith((".cu", ".cuh"))
+        self.spans: list[tuple[int, int]] = []  # byte span of each finding, in step with `findings`
+        # Functions and macros here that call a CUDA library: name -> Wrapper (see `_wrappers`).
+        self.wrappers: dict[str, Wrapper] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -209,6 +224,7 @@ class _FileScan:
         if family and family != finding.family:
             finding = replace(finding, family=family)
         self.findings.append(finding)
+        self.spans.append((start, end))
         return finding
 
     def _device_context(self, node) -> bool:
@@ -277,6 +293,11 @@ class _FileScan:
         self._launch_bounds(captures.get("launch_bounds", []))
         self._registrations(captures.get("call", []))
         self._finish_type_counts()
+        # Wrappers of wrappers (`#define cublasCheck(s) cublasCheck_(s, __FILE__, __LINE__)`): a few rounds.
+        for _ in range(3):
+            if not self._wrappers(captures):
+                break
+            self._wrapper_uses(root, captures)
         return sorted(self.findings, key=Finding.sort_key)
 
     def _error_share(self, errors, *, kept_only: bool = False) -> float:
@@ -408,7 +429,7 @@ class _FileScan:
     def _macro_bodies(self, bodies, wanted: set[str]) -> None:
         # preproc_arg nodes hold #define bodies verbatim (comments already split off).
         for body in bodies:
-            text = body.text
+            text = _without_comments(body.text)
             for match in _WORD.finditer(text):
                 word = match.group().decode("ascii")
                 if word not in wanted or _inside_quotes(text, match.start()):
@@ -606,6 +627,80 @@ class _FileScan:
                 name = function.name if function else "__launch_bounds__"
                 self.add("AP9103", node, name, message=f"__launch_bounds__(32) on {name}: one 32-lane warp per block", backends=_warp_backends())
 
+    # ------------------------------------------------------------------ wrappers
+
+    def _wrappers(self, captures) -> bool:
+        """Functions and macros defined here whose body calls a CUDA library (or a wrapper): the project's own
+        wrappers. Did this round find new ones?"""
+        before = len(self.wrappers)
+        definitions = []  # (start, end, name, name node)
+        for node in captures.get("function", []):
+            name_node = _declarator_node(node.child_by_field_name("declarator"))
+            if name_node is not None:
+                definitions.append((node.start_byte, node.end_byte, name_node))
+        for name_node in captures.get("function_macro_name", []):
+            define = name_node.parent
+            definitions.append((define.start_byte, define.end_byte, name_node))
+        for name_node in captures.get("define_name", []):
+            define = name_node.parent
+            definitions.append((define.start_byte, define.end_byte, name_node))
+        if not definitions:
+            return False
+        definitions.sort(key=lambda d: (d[0], -d[1]))
+        for finding, (start, _end) in zip(self.findings, self.spans, strict=True):
+            if finding.family not in _WRAPPED_FAMILIES:
+                continue
+            # The innermost definition holding the call: a method inside a class, a lambda's function.
+            holder = None
+            for low, high, name_node in definitions:
+                if low > start:
+                    break
+                if start < high:
+                    holder = name_node
+            if holder is None or self.device_function_at(start) is not None:
+                continue  # kernels and device functions are launched or inlined, not wrappers of a host library
+            name = holder.text.decode("utf-8", errors="replace").rsplit("::", 1)[-1]
+            if name in self.wrappers or name == "main" or not _IDENTIFIER.fullmatch(name):
+                continue
+            inner = self.wrappers.get(finding.symbol) if finding.rule_id == WRAPPER_RULE else None
+            symbol = inner.symbol if inner is not None else finding.symbol
+            self.wrappers[name] = Wrapper(name, self.source.display, holder.start_point.row + 1, finding.family, symbol, holder.start_byte)
+        return len(self.wrappers) > before
+
+    def _wrapper_uses(self, root, captures) -> None:
+        """Every use in this file of a wrapper defined here (other files: `link_wrappers`)."""
+        reported = {start for start, _end in self.spans}
+        visible = {name: w for name, w in self.wrappers.items() if w.offset not in reported}  # this round's
+        if not visible:
+            return
+        # A line that already names a CUDA API (`cudaCheck(cudaMalloc(...))`) is in the report: the wrapper adds no work.
+        busy = {f.location.line for f in self.findings if f.rule_id != WRAPPER_RULE}
+        for start, word in _occurrences(self.data, set(visible)):
+            if start in reported or (start != visible[word].offset and self.pos.at(start)[0] in busy):
+                continue
+            node = root.descendant_for_byte_range(start, start + len(word))
+            if node is None or node.start_byte != start or node.type not in _IDENT_TYPES:
+                continue  # a comment, a string, a macro body (looked at below) or a longer token
+            if node.parent is not None and node.parent.type == "field_expression":
+                continue  # `obj.name(...)`: another object's member of the same name
+            self._wrapper_use(visible[word], (start, start + len(word)))
+        for body in captures.get("macro_body", []):
+            text = _without_comments(body.text)
+            for match in _WORD.finditer(text):
+                wrapper = visible.get(match.group().decode("ascii"))
+                if wrapper is not None and not _inside_quotes(text, match.start()):
+                    self._wrapper_use(wrapper, (body.start_byte + match.start(), body.start_byte + match.end()))
+
+    def _wrapper_use(self, wrapper: Wrapper, span: tuple[int, int]) -> None:
+        entry = self.cat.lookup(wrapper.symbol)
+        what = f"{entry.family.title if entry is not None else wrapper.family} ({wrapper.symbol})"
+        if span[0] == wrapper.offset:
+            message = f"`{wrapper.name}` wraps {what}{_DEFINED}"
+        else:
+            message = f"`{wrapper.name}` wraps {what}, defined at {wrapper.path}:{wrapper.line}"
+        backends = _entry_backends(entry) if entry is not None else None
+        self.add(WRAPPER_RULE, span, wrapper.name, message=message, backends=backends, family=wrapper.family)
+
     def _registration(self, node, word: str) -> None:
         # TORCH_LIBRARY_IMPL(ns, CUDA, m) parses as a function declarator with "parameters".
         declarator = node.parent
@@ -613,7 +708,7 @@ class _FileScan:
         args = [_squash(p.text) for p in params.named_children] if params is not None else []
         symbol = f"{word}({', '.join(args)})" if args else word
         self.add("AP5020", node, symbol, message=f"operator registration {symbol}")
-        if word == "TORCH_LIBRARY_IMPL" and len(args) >= 2 and args[1] == "CUDA":
+        if word in ("TORCH_LIBRARY_IMPL", "STABLE_TORCH_LIBRARY_IMPL") and len(args) >= 2 and args[1] == "CUDA":
             self.add("AP1902", params.named_children[1], "CUDA dispatch key", message="operators registered for the CUDA dispatch key only")
 
     def _registrations(self, calls) -> None:
@@ -637,6 +732,111 @@ class _FileScan:
             if equivalent is not None:
                 message += f"; portable equivalent: {equivalent.replacement}"
             self.add("AP5020", first, op, message=message, replacement=equivalent.replacement if equivalent else None)
+
+
+# --------------------------------------------------------------------------- wrappers
+
+WRAPPER_RULE = "AP4190"
+# What a wrapper forwards to: CUDA's C libraries and runtime/driver APIs (not ATen, device intrinsics or templates).
+_WRAPPED_FAMILIES = frozenset(
+    {"runtime", "driver", "cublas", "cudnn", "cufft", "curand", "cusolver", "cusparse", "nccl", "nvtx", "rtc", "cupti", "cutensor"}
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DEFINED = ": port it once and its callers follow"
+# Wrapper names followed into other files: not one short lower-case word (`step`, `forward`, `gemm`).
+_DISTINCT_NAME = re.compile(r"(?=\w{6,}$)\w*[A-Z0-9_]\w*")
+_LEXICAL_NOISE = re.compile(rb'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"|^[ \t]*#[ \t]*include[^\n]*', re.DOTALL | re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Wrapper:
+    """A project function or macro that calls a CUDA library: its callers depend on CUDA one level down."""
+
+    name: str
+    path: str  # as reports show it
+    line: int
+    family: str
+    symbol: str  # the first CUDA API it calls
+    offset: int  # byte offset of its name in its file
+
+
+def _without_comments(text: bytes) -> bytes:
+    """A macro body with its `//` and `/* */` comments blanked (same length): tree-sitter leaves them in."""
+    if b"/" not in text:
+        return text
+    out = bytearray(text)
+    for match in re.finditer(rb"//[^\n]*|/\*.*?(?:\*/|$)", text, re.DOTALL):
+        if not _inside_quotes(text, match.start()):
+            out[match.start() : match.end()] = b" " * (match.end() - match.start())
+    return bytes(out)
+
+
+def _declarator_node(declarator):
+    """The name node of a function definition's declarator (qualified names included)."""
+    node = declarator
+    while node is not None and node.type not in ("identifier", "field_identifier", "qualified_identifier", "operator_name", "destructor_name"):
+        inner = node.child_by_field_name("declarator")
+        if inner is None:
+            return None
+        node = inner
+    if node is not None and node.type == "qualified_identifier":
+        name = node.child_by_field_name("name")
+        return name if name is not None and name.type == "identifier" else None
+    return node if node is not None and node.type in ("identifier", "field_identifier") else None
+
+
+def link_wrappers(findings: list[Finding], files: list[tuple[str, str]]) -> list[Finding]:
+    """Uses of each wrapper in the other C/C++/CUDA files of the tree, by name (`files`: (path on disk, display)).
+
+    A wrapper is defined in one file and called from many (`cublasCheck` in a header,
+    `attention_forward_cudnn` in a .cpp called from a .cu that includes only its
+    declaration). Names that a project could well use for something else (short,
+    one lower-case word such as `step`) are not followed across files. The other
+    files are read again and looked at lexically: comments, string literals and
+    `#include` lines are blanked, member calls (`x.name(`, `p->name(`) skipped.
+    """
+    wrappers: dict[str, Finding] = {}
+    for finding in findings:
+        if finding.rule_id == WRAPPER_RULE and finding.message.endswith(_DEFINED) and _DISTINCT_NAME.fullmatch(finding.symbol):
+            wrappers.setdefault(finding.symbol, finding)
+    if not wrappers:
+        return findings
+    # Lines already in the report (a direct CUDA API, or this wrapper found by the file's own scan) get nothing more.
+    have = {(f.location.path, f.location.line) for f in findings}
+    names = re.compile(rb"(?<![\w.>])(?:" + b"|".join(re.escape(n.encode()) for n in sorted(wrappers, key=len, reverse=True)) + rb")(?!\w)")
+    added = []
+    for path, display in files:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            continue  # reported (or not) by the scan itself
+        if names.search(data) is None:
+            continue
+        code = _LEXICAL_NOISE.sub(lambda m: re.sub(rb"[^\n]", b" ", m.group()), data)
+        lines = None
+        for match in names.finditer(code):
+            name = match.group().decode("ascii")
+            definition = wrappers[name]
+            line = code.count(b"\n", 0, match.start()) + 1
+            if (display, line) in have:
+                continue
+            have.add((display, line))
+            if lines is None:
+                lines = data.decode("utf-8", errors="replace").splitlines()
+            column = match.start() - (code.rfind(b"\n", 0, match.start()) + 1) + 1
+            where = f"{definition.location.path}:{definition.location.line}"
+            text = lines[line - 1].strip() if line <= len(lines) else ""
+            added.append(
+                replace(
+                    definition,
+                    location=Location(display, line, column, line, column + len(name)),
+                    snippet=text if len(text) <= 200 else text[:199] + "…",
+                    message=definition.message[: -len(_DEFINED)] + f", defined at {where}",
+                    acknowledged=False,
+                )
+            )
+    return sorted_findings([*findings, *added]) if added else findings
 
 
 # --------------------------------------------------------------------------- across files
@@ -870,7 +1070,7 @@ def _inside_quotes(text: bytes, offset: int) -> bool:
 
 def _qualified_name(node) -> str:
     text = "".join(node.text.decode("utf-8", errors="replace").split())
-    return text.split("<", 1)[0]
+    return text.split("<", 1)[0].lstrip(":")  # `::c10::cuda::X` names c10::cuda::X
 
 
 def _declarator_name(declarator) -> str:

@@ -23,7 +23,7 @@ load()
 # finding contains one of them, or (through an import line) the name of a CUDA-only
 # package: `wants` and `code_token_lines` look for those on import lines.
 _STATIC_ANCHORS = (
-    b"cud", b"CUD", b"nccl", b"NCCL", b"nvtx", b"NVIDIA", b"NVTE",
+    b"cud", b"CUD", b"CUBLAS", b"nccl", b"NCCL", b"nvtx", b"NVIDIA", b"NVTE",
     b"DataParallel", b"GradScaler", b"pin_memory", b"cpp_extension", b"ProfilerActivity",
 )  # fmt: skip
 _WORD = re.compile(rb"[A-Za-z0-9_]+")
@@ -387,8 +387,34 @@ def scan_python_text(
         extra = _alias_lines(ctx, tree, text) if wanted is not None else set()
     if cell is None:
         source.tree = tree  # for callers that rewrite what was found (migrate); may be partial
+    if wanted is not None:
+        # Imports inside functions and `try:` blocks (`import torch` in a method, as DeepSpeed's
+        # op builders do) bind names the CUDA lines use: the statements holding them are entered too.
+        extra |= _nested_import_lines(text)
     walk(ctx, tree, sorted(wanted | extra) if wanted is not None else None)
     return ctx.findings
+
+
+_EXTENSION_IMPORT = re.compile(rb"^[ \t]*(?:import|from)[ \t]+\w*(?:cuda|cudnn|nccl|nvtx)", re.MULTILINE)
+
+
+def _extension_import_lines(data: bytes) -> set[int]:
+    """Lines importing a top-level module named after CUDA (`import fused_layer_norm_cuda`)."""
+    return {data.count(b"\n", 0, match.start()) + 1 for match in _EXTENSION_IMPORT.finditer(data)}
+
+
+_NESTED_IMPORT = re.compile(r"^[ \t]+(?:import|from)[ \t]", re.MULTILINE)
+
+
+def _nested_import_lines(text: str) -> set[int]:
+    """Lines of indented import statements (module-level imports are always walked)."""
+    found = set()
+    line, position = 1, 0
+    for match in _NESTED_IMPORT.finditer(text):
+        line += text.count("\n", position, match.start())
+        position = match.start()
+        found.add(line)
+    return found
 
 
 class PythonScanner(FileScanner):
@@ -405,6 +431,9 @@ class PythonScanner(FileScanner):
         data = source.data
         edges = chunks.LazyEdges(data)
         wanted = code_token_lines(data, edges)
+        if b"import" in data:
+            # `import focal_loss_cuda`: a project's CUDA extension holds no keyword the line filter keeps.
+            wanted |= _extension_import_lines(data)
         if not wanted:
             return []  # every CUDA token sits in a comment or docstring
         findings = scan_python_text(source, source.text, wanted=wanted, data=data, edges=edges)

@@ -50,6 +50,9 @@ def string_literal(ctx: PyContext, node: ast.Constant) -> None:
         ctx.report(env_rule(value), node, value, message=f"{value} is {_access(ctx, node)}: {_ENV_WHY[env_rule(value)]}")
     elif DEVICE_RE.fullmatch(value) or value == "nccl":
         ctx.strings.append(node)
+    elif value == "CUDA":
+        # `torch.library.impl(lib, "op", "CUDA")`, `_dispatch_has_kernel_for_dispatch_key(op, "CUDA")`
+        ctx.report("AP1007", node, value, message='"CUDA" names the CUDA dispatch key or device type; other accelerators register under their own')
 
 
 _ENV_WHY = {
