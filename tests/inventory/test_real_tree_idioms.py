@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from accelport.inventory import scan
 from accelport.inventory.base import SourceFile
@@ -214,3 +218,57 @@ STABLE_TORCH_LIBRARY_IMPL(ops, CUDA, m) { m.impl("fwd", &fwd); }
         (10, "AP4102", "cudnn_frontend::cudnnException"),
         (12, "AP1902", "CUDA dispatch key"),
     } <= found
+
+
+def test_a_device_template_string_is_reported_outside_device_positions_once(scan_code):
+    found = scan_code(
+        """
+        import torch
+        def name(i):
+            return 'cuda:{}'.format(i)
+        x = torch.ones(1, device="cuda:%d" % 0)
+        """
+    )
+    assert [(rule, line) for rule, line, _symbol in found] == [("AP1002", 4), ("AP1002", 5)]
+
+
+def test_more_torch_cuda_helpers_are_catalogued(scan_code):
+    found = scan_code(
+        """
+        import torch
+        from torch.testing._internal.common_utils import TEST_CUDA
+        from torch.testing._internal.common_distributed import requires_nccl
+        from torch.utils.cpp_extension import _join_cuda_home, _is_cuda_file
+        y = torch.ops.cudnn.layer_norm(x)
+        """
+    )
+    rules = {(rule, line) for rule, line, _symbol in found}
+    assert {("AP1113", 3), ("AP9001", 4), ("AP6002", 5), ("AP6001", 5), ("AP1404", 6)} <= rules
+
+
+def test_aten_cuda_names_outside_at_cuda_and_version_tests_in_split_conditionals():
+    code = """\
+void f() { auto gen = at::get_generator_or_default<at::CUDAGeneratorImpl>(g, d); }
+#if CUDNN_FRONTEND_MAJOR_VERSION > 1
+void g() {
+#else
+void g(int x) {
+#endif
+}
+"""
+    found = {(f.location.line, f.rule_id, f.symbol) for f in cxx(code, "k.cpp")}
+    assert (1, "AP1901", "at::CUDAGeneratorImpl") in found
+    assert (2, "AP4102", "CUDNN_FRONTEND_MAJOR_VERSION") in found
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed: tracked files cannot be told from ignored ones")
+def test_gitignore_does_not_hide_files_git_tracks(tmp_path: Path):
+    (tmp_path / ".gitignore").write_text("*.cuh\nbuild/\n")
+    (tmp_path / "kernels.cuh").write_text("void f(float* p) { cudaFree(p); }\n")
+    (tmp_path / "untracked.cuh").write_text("void g(float* p) { cudaFree(p); }\n")
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "gen.cu").write_text("void h(float* p) { cudaFree(p); }\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-f", "kernels.cuh"], check=True)
+    paths = {Path(f.location.path).name for f in scan([str(tmp_path)], jobs=1).findings}
+    assert paths == {"kernels.cuh"}  # tracked despite `*.cuh`; the untracked ones stay ignored

@@ -83,6 +83,7 @@ _REGISTRATIONS = frozenset(
     }
 )
 _CUDA_DEVICE_CHECKS = frozenset({"is_cuda", "kCUDA"})
+_TORCH_NAMESPACES = frozenset({"at", "c10", "torch"})
 _FULL_MASKS = frozenset({"0xffffffff", "0xffffffffu", "0xffffffffull", "~0u", "0xffffffffffffffff"})
 _WARP_SIZE_NAME = re.compile(r"(?i)k?_?warp_?size")
 
@@ -274,9 +275,17 @@ class _FileScan:
                 continue
             for match in _WORD.finditer(self.data, start, end):
                 word = match.group().decode("ascii")
-                if word in _ARCH_GUARDS and not _masked(mask, match.start()):
+                if _masked(mask, match.start()):
+                    continue
+                if word in _ARCH_GUARDS:
                     finding = self.add("AP5009", match.span(), word)
                     merged.setdefault(_finding_key(finding), finding)
+                elif (entry := self.cat.lookup(word)) is not None and entry.family.key in _WRAPPED_FAMILIES:
+                    # `#if CUDNN_FRONTEND_MAJOR_VERSION > 1`: a library version test
+                    count = len(self.findings)
+                    self._api(entry, match.span(), word, call=False)
+                    for finding in self.findings[count:]:
+                        merged.setdefault(_finding_key(finding), finding)
         return sorted(merged.values(), key=Finding.sort_key)
 
     def _scan(self, root, captures) -> list[Finding]:
@@ -454,6 +463,10 @@ class _FileScan:
         if outer is not node:
             qualified = _qualified_name(outer)
             entry = self.cat.lookup(qualified)
+            if entry is None and word not in _CUDA_DEVICE_CHECKS and qualified.split("::", 1)[0] in _TORCH_NAMESPACES:
+                # `at::CUDAGeneratorImpl`, `at::PhiloxCudaState`: ATen CUDA names outside at::cuda.
+                entry = self.cat.lookup(word) if word == qualified.rsplit("::", 1)[-1] else None
+                entry = entry if entry is not None and entry.family.key == "aten" else None
             if entry is None:
                 if word in _CUDA_DEVICE_CHECKS or qualified.endswith("DeviceType::CUDA"):
                     self.reported_spans.add(key)
