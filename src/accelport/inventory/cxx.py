@@ -816,7 +816,7 @@ def link_wrappers(findings: list[Finding], files: list[tuple[str, str]]) -> list
         return findings
     # Lines already in the report (a direct CUDA API, or this wrapper found by the file's own scan) get nothing more.
     have = {(f.location.path, f.location.line) for f in findings}
-    names = re.compile(rb"(?<![\w.>])(?:" + b"|".join(re.escape(n.encode()) for n in sorted(wrappers, key=len, reverse=True)) + rb")(?!\w)")
+    by_bytes = {name.encode("ascii"): definition for name, definition in wrappers.items()}
     added = []
     for path, display in files:
         try:
@@ -824,20 +824,26 @@ def link_wrappers(findings: list[Finding], files: list[tuple[str, str]]) -> list
                 data = handle.read()
         except OSError:
             continue  # reported (or not) by the scan itself
-        if names.search(data) is None:
+        # The file's own wrappers were followed by its scan: only names defined elsewhere are looked for.
+        wanted = {w for w in set(_WORD.findall(data)).intersection(by_bytes) if by_bytes[w].location.path != display}
+        if not wanted:
             continue
         code = _LEXICAL_NOISE.sub(lambda m: re.sub(rb"[^\n]", b" ", m.group()), data)
+        names = re.compile(rb"(?<![\w.>])(?:" + b"|".join(re.escape(w) for w in sorted(wanted, key=len, reverse=True)) + rb")(?!\w)")
+        starts = None
         lines = None
         for match in names.finditer(code):
-            name = match.group().decode("ascii")
-            definition = wrappers[name]
-            line = code.count(b"\n", 0, match.start()) + 1
+            definition = by_bytes[match.group()]
+            if starts is None:
+                starts = [0, *(m.end() for m in re.finditer(rb"\n", code))]
+            line = bisect_right(starts, match.start())
             if (display, line) in have:
                 continue
             have.add((display, line))
             if lines is None:
                 lines = data.decode("utf-8", errors="replace").splitlines()
-            column = match.start() - (code.rfind(b"\n", 0, match.start()) + 1) + 1
+            name = definition.symbol
+            column = match.start() - starts[line - 1] + 1
             where = f"{definition.location.path}:{definition.location.line}"
             text = lines[line - 1].strip() if line <= len(lines) else ""
             added.append(
