@@ -90,6 +90,7 @@ _SPLIT = 8 * _HOST_CHUNK  # tensors this large are swept by two threads
 _DTYPE_NAMES: dict[Any, str] = {}  # torch.float32 -> "float32"
 _SWEEP_START = (math.inf, -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # min, max, sums, counts
 _SWEEP_ARRAY = _C_DOUBLE * 9
+STATS_KERNEL_VAR = "ACCELPORT_DUMP_STATS_KERNEL"
 _SWEEP_START_BYTES = bytes(_SWEEP_ARRAY(*_SWEEP_START))  # copied into a new array per tensor: fast
 
 
@@ -118,7 +119,12 @@ class _Stats:
 
         self.torch = torch
         self.host = host  # CPU tensors: read the numbers right away (no device to synchronise)
-        self.pending: list[tuple[Any, int]] = []  # (device vector of sums, element count), waiting for one copy
+        # (device vector of sums, element count), or (fused batch, element count, slot): waiting for one copy
+        self.pending: list[tuple] = []
+        # The fused Triton kernel (stats_kernel.py) per device: "auto" on a GPU Triton compiles for,
+        # "torch" never, "triton" wherever it can run (the CPU under TRITON_INTERPRET=1: tests).
+        self.kernel_mode = os.environ.get(STATS_KERNEL_VAR, "auto")
+        self._batches: dict[Any, Any] = {}
         self._buffers: dict[tuple, Any] = {}  # scratch arrays, per thread
         self._pool: Any = None  # second thread for large tensors
         # The compiled one-pass kernel (native.py); None: numpy sweeps, same numbers, slower.
@@ -158,6 +164,14 @@ class _Stats:
         if n == 0:
             return [math.nan, math.nan, math.nan, 0.0, math.nan, 0.0, 0.0, 0.0]
         host = self.host and x.is_cpu
+        if not host:
+            batch = self._batch(x.device)
+            if batch is not None:
+                with torch._C._DisableTorchDispatch():
+                    flat = x.reshape(-1)
+                    if batch.accepts(flat):
+                        self.pending.append((batch, n, batch.add(flat)))
+                        return len(self.pending) - 1
         if x.dtype == torch.bool:
             if host:
                 ones = int(torch.count_nonzero(x))
@@ -402,14 +416,35 @@ class _Stats:
         self.pending.append((vector, n))
         return len(self.pending) - 1
 
+    def _batch(self, device: Any) -> Any:
+        """The fused kernel's batch for this device, or None where the torch ops measure it."""
+        if self.kernel_mode == "torch":
+            return None
+        batch = self._batches.get(device, False)
+        if batch is False:
+            from accelport.verify import stats_kernel
+
+            usable = stats_kernel.available(device) if device.type != "cpu" or self.kernel_mode == "triton" else False
+            batch = self._batches[device] = stats_kernel.Batch(self.torch, device) if usable else None
+        return batch
+
     def resolve(self) -> list[list[float]]:
         """Copy every pending device vector to the host (one transfer per device) and finish the statistics."""
         by_device: dict[Any, list[int]] = {}
-        for index, (vector, _n) in enumerate(self.pending):
-            by_device.setdefault(vector.device, []).append(index)
+        fused: dict[int, tuple[Any, list[int]]] = {}
+        for index, item in enumerate(self.pending):
+            if len(item) == 3:
+                fused.setdefault(id(item[0]), (item[0], []))[1].append(index)
+            else:
+                by_device.setdefault(item[0].device, []).append(index)
         rows: list[list[float]] = [[] for _ in self.pending]
         torch = self.torch
         with torch._C._DisableTorchDispatch():
+            for batch, indices in fused.values():
+                finished = batch.finish()  # stage 2 for the whole batch, one copy
+                for i in indices:
+                    _batch, n, slot = self.pending[i]
+                    rows[i] = _finish_device(finished[slot], n)
             for indices in by_device.values():
                 stacked = torch.stack([self.pending[i][0] for i in indices]).to("cpu").tolist()
                 for i, row in zip(indices, stacked, strict=True):
