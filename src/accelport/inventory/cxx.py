@@ -208,6 +208,7 @@ class _FileScan:
         self.spans: list[tuple[int, int]] = []  # byte span of each finding, in step with `findings`
         # Functions and macros here that call a CUDA library: name -> Wrapper (see `_wrappers`).
         self.wrappers: dict[str, Wrapper] = {}
+        self._wrapper_seen = 0  # findings `_wrappers` has looked at
 
     # ------------------------------------------------------------------ helpers
 
@@ -660,16 +661,18 @@ class _FileScan:
         if not definitions:
             return False
         definitions.sort(key=lambda d: (d[0], -d[1]))
-        for finding, (start, _end) in zip(self.findings, self.spans, strict=True):
+        lows = [d[0] for d in definitions]
+        seen, self._wrapper_seen = self._wrapper_seen, len(self.findings)  # each round looks at new findings only
+        for finding, (start, _end) in zip(self.findings[seen:], self.spans[seen:], strict=True):
             if finding.family not in _WRAPPED_FAMILIES:
                 continue
-            # The innermost definition holding the call: a method inside a class, a lambda's function.
+            # The innermost definition holding the call (a method inside a class): the last one
+            # starting before it that still holds it.
             holder = None
-            for low, high, name_node in definitions:
-                if low > start:
+            for index in range(bisect_right(lows, start) - 1, -1, -1):
+                if start < definitions[index][1]:
+                    holder = definitions[index][2]
                     break
-                if start < high:
-                    holder = name_node
             if holder is None or self.device_function_at(start) is not None:
                 continue  # kernels and device functions are launched or inlined, not wrappers of a host library
             name = holder.text.decode("utf-8", errors="replace").rsplit("::", 1)[-1]
@@ -809,14 +812,17 @@ def link_wrappers(findings: list[Finding], files: list[tuple[str, str]]) -> list
     `#include` lines are blanked, member calls (`x.name(`, `p->name(`) skipped.
     """
     wrappers: dict[str, Finding] = {}
+    defined_in: dict[bytes, set[str]] = {}  # a name each file defines for itself (a per-file CUDA_CHECK) is its own
     for finding in findings:
         if finding.rule_id == WRAPPER_RULE and finding.message.endswith(_DEFINED) and _DISTINCT_NAME.fullmatch(finding.symbol):
             wrappers.setdefault(finding.symbol, finding)
+            defined_in.setdefault(finding.symbol.encode("ascii"), set()).add(finding.location.path)
     if not wrappers:
         return findings
     # Lines already in the report (a direct CUDA API, or this wrapper found by the file's own scan) get nothing more.
     have = {(f.location.path, f.location.line) for f in findings}
     by_bytes = {name.encode("ascii"): definition for name, definition in wrappers.items()}
+    names_set = frozenset(by_bytes)
     added = []
     for path, display in files:
         try:
@@ -825,7 +831,7 @@ def link_wrappers(findings: list[Finding], files: list[tuple[str, str]]) -> list
         except OSError:
             continue  # reported (or not) by the scan itself
         # The file's own wrappers were followed by its scan: only names defined elsewhere are looked for.
-        wanted = {w for w in set(_WORD.findall(data)).intersection(by_bytes) if by_bytes[w].location.path != display}
+        wanted = {w for w in set(_WORD.findall(data)) & names_set if display not in defined_in[w]}
         if not wanted:
             continue
         code = _LEXICAL_NOISE.sub(lambda m: re.sub(rb"[^\n]", b" ", m.group()), data)

@@ -361,6 +361,7 @@ def scan_python_text(
     data: bytes | None = None,
     edges: chunks.LazyEdges | None = None,
     parse_also: set[int] | None = None,
+    nested: set[int] | None = None,
 ) -> list[Finding]:
     """Findings for one piece of Python source (a file, or a notebook cell).
 
@@ -370,7 +371,8 @@ def scan_python_text(
     walked (migrate checks that rewritten statements parse; a finding needs a CUDA token
     or a CUDA alias, so statements without either hold none). `aliases` carries import
     bindings between notebook cells, which share one namespace; it is updated with this
-    text's imports.
+    text's imports. `nested`: lines of indented imports to walk as well (`import_lines`;
+    worked out from the text when not given).
     """
     lines = chunks.split_lines(text)
     ctx = PyContext(source, lines, cell)
@@ -390,31 +392,50 @@ def scan_python_text(
     if wanted is not None:
         # Imports inside functions and `try:` blocks (`import torch` in a method, as DeepSpeed's
         # op builders do) bind names the CUDA lines use: the statements holding them are entered too.
-        extra |= _nested_import_lines(text)
+        extra |= nested if nested is not None else import_lines(text.encode("utf-8", "surrogatepass"))[1]
     walk(ctx, tree, sorted(wanted | extra) if wanted is not None else None)
     return ctx.findings
 
 
-_EXTENSION_IMPORT = re.compile(rb"^[ \t]*(?:import|from)[ \t]+\w*(?:cuda|cudnn|nccl|nvtx)", re.MULTILINE)
+_EXTENSION_MODULE = re.compile(rb"[ \t]*(?:import|from)[ \t]+\w*(?:cuda|cudnn|nccl|nvtx)")
+_IMPORT_START = (b"import ", b"import\t", b"from ", b"from\t")
 
 
-def _extension_import_lines(data: bytes) -> set[int]:
-    """Lines importing a top-level module named after CUDA (`import fused_layer_norm_cuda`)."""
-    return {data.count(b"\n", 0, match.start()) + 1 for match in _EXTENSION_IMPORT.finditer(data)}
+@knowledge.derived_cache
+def _package_names() -> frozenset[bytes]:
+    return frozenset(_package_words()) | {b"torch"}
 
 
-_NESTED_IMPORT = re.compile(r"^[ \t]+(?:import|from)[ \t]", re.MULTILINE)
+def import_lines(data: bytes) -> tuple[set[int], set[int]]:
+    """(lines importing a top-level module named after CUDA, lines of indented imports that bind torch or a
+    CUDA-only package).
 
-
-def _nested_import_lines(text: str) -> set[int]:
-    """Lines of indented import statements (module-level imports are always walked)."""
-    found = set()
+    The first are a project's compiled CUDA extensions (`import fused_layer_norm_cuda`): no
+    keyword the line filter keeps. The second are imports inside a function or `try:` block
+    (`import torch` in a method, as DeepSpeed's op builders do): the statements holding them
+    are walked, since they bind the names the CUDA lines use. One pass: `bytes.find` for each
+    `import` (a `from` line holds one too).
+    """
+    extensions: set[int] = set()
+    nested: set[int] = set()
     line, position = 1, 0
-    for match in _NESTED_IMPORT.finditer(text):
-        line += text.count("\n", position, match.start())
-        position = match.start()
-        found.add(line)
-    return found
+    at = data.find(b"import")
+    while at >= 0:
+        line_start = data.rfind(b"\n", 0, at) + 1
+        line_end = data.find(b"\n", at)
+        if line_end < 0:
+            line_end = len(data)
+        text = data[line_start:line_end]
+        code = text.lstrip(b" \t")
+        if code.startswith(_IMPORT_START):
+            line += data.count(b"\n", position, line_start)
+            position = line_start
+            if _EXTENSION_MODULE.match(text):
+                extensions.add(line)
+            if len(code) < len(text) and not _package_names().isdisjoint(_WORD.findall(code)):
+                nested.add(line)
+        at = data.find(b"import", line_end)
+    return extensions, nested
 
 
 class PythonScanner(FileScanner):
@@ -431,12 +452,11 @@ class PythonScanner(FileScanner):
         data = source.data
         edges = chunks.LazyEdges(data)
         wanted = code_token_lines(data, edges)
-        if b"import" in data:
-            # `import focal_loss_cuda`: a project's CUDA extension holds no keyword the line filter keeps.
-            wanted |= _extension_import_lines(data)
+        extensions, nested = import_lines(data)
+        wanted |= extensions
         if not wanted:
             return []  # every CUDA token sits in a comment or docstring
-        findings = scan_python_text(source, source.text, wanted=wanted, data=data, edges=edges)
+        findings = scan_python_text(source, source.text, wanted=wanted, data=data, edges=edges, nested=nested)
         if findings and MARKER_WORD in source.data:
             findings = acknowledge(findings, source.lines)
         return findings
