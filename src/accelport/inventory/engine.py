@@ -347,9 +347,11 @@ def scan(
         skipped.extend(SkippedFile(f"{result.display}!{part}", reason) for part, reason in result.skipped_parts)
     findings = sorted_findings(findings)
     if _CXX_MODULE in modules:  # kernels and launches exist only where C/C++ was scanned
-        from accelport.inventory.cxx import link_kernel_launches
+        from accelport.inventory.cxx import link_kernel_launches, link_wrappers
 
         findings = link_kernel_launches(findings)
+        cxx = [(c.path, c.display) for c in found.files if all_scanners()[c.scanner].module == _CXX_MODULE]
+        findings = link_wrappers(findings, cxx)
     if target is not None:
         findings = retarget(findings, target)
     route, effort, files = summarise(findings)

@@ -23,7 +23,7 @@ load()
 # finding contains one of them, or (through an import line) the name of a CUDA-only
 # package: `wants` and `code_token_lines` look for those on import lines.
 _STATIC_ANCHORS = (
-    b"cud", b"CUD", b"nccl", b"NCCL", b"nvtx", b"NVIDIA", b"NVTE",
+    b"cud", b"CUD", b"CUBLAS", b"nccl", b"NCCL", b"nvtx", b"NVIDIA", b"NVTE",
     b"DataParallel", b"GradScaler", b"pin_memory", b"cpp_extension", b"ProfilerActivity",
 )  # fmt: skip
 _WORD = re.compile(rb"[A-Za-z0-9_]+")
@@ -361,6 +361,7 @@ def scan_python_text(
     data: bytes | None = None,
     edges: chunks.LazyEdges | None = None,
     parse_also: set[int] | None = None,
+    nested: set[int] | None = None,
 ) -> list[Finding]:
     """Findings for one piece of Python source (a file, or a notebook cell).
 
@@ -370,7 +371,8 @@ def scan_python_text(
     walked (migrate checks that rewritten statements parse; a finding needs a CUDA token
     or a CUDA alias, so statements without either hold none). `aliases` carries import
     bindings between notebook cells, which share one namespace; it is updated with this
-    text's imports.
+    text's imports. `nested`: lines of indented imports to walk as well (`import_lines`;
+    worked out from the text when not given).
     """
     lines = chunks.split_lines(text)
     ctx = PyContext(source, lines, cell)
@@ -387,6 +389,10 @@ def scan_python_text(
         extra = _alias_lines(ctx, tree, text) if wanted is not None else set()
     if cell is None:
         source.tree = tree  # for callers that rewrite what was found (migrate); may be partial
+    if wanted is not None:
+        # Imports inside functions and `try:` blocks (`import torch` in a method, as DeepSpeed's
+        # op builders do) bind names the CUDA lines use: the statements holding them are entered too.
+        extra |= nested if nested is not None else import_lines(text.encode("utf-8", "surrogatepass"))[1]
     walk(ctx, tree, sorted(wanted | extra) if wanted is not None else None)
     return ctx.findings
 
@@ -465,6 +471,47 @@ def _holds(bounds: list[int], index: int, ordered: list[int]) -> bool:
     return at < len(ordered) and ordered[at] <= bounds[index + 1]
 
 
+_EXTENSION_MODULE = re.compile(rb"[ \t]*(?:import|from)[ \t]+\w*(?:cuda|cudnn|nccl|nvtx)")
+_IMPORT_START = (b"import ", b"import\t", b"from ", b"from\t")
+
+
+@knowledge.derived_cache
+def _package_names() -> frozenset[bytes]:
+    return frozenset(_package_words()) | {b"torch"}
+
+
+def import_lines(data: bytes) -> tuple[set[int], set[int]]:
+    """(lines importing a top-level module named after CUDA, lines of indented imports that bind torch or a
+    CUDA-only package).
+
+    The first are a project's compiled CUDA extensions (`import fused_layer_norm_cuda`): no
+    keyword the line filter keeps. The second are imports inside a function or `try:` block
+    (`import torch` in a method, as DeepSpeed's op builders do): the statements holding them
+    are walked, since they bind the names the CUDA lines use. One pass: `bytes.find` for each
+    `import` (a `from` line holds one too).
+    """
+    extensions: set[int] = set()
+    nested: set[int] = set()
+    line, position = 1, 0
+    at = data.find(b"import")
+    while at >= 0:
+        line_start = data.rfind(b"\n", 0, at) + 1
+        line_end = data.find(b"\n", at)
+        if line_end < 0:
+            line_end = len(data)
+        text = data[line_start:line_end]
+        code = text.lstrip(b" \t")
+        if code.startswith(_IMPORT_START):
+            line += data.count(b"\n", position, line_start)
+            position = line_start
+            if _EXTENSION_MODULE.match(text):
+                extensions.add(line)
+            if len(code) < len(text) and not _package_names().isdisjoint(_WORD.findall(code)):
+                nested.add(line)
+        at = data.find(b"import", line_end)
+    return extensions, nested
+
+
 class PythonScanner(FileScanner):
     name = "python"
     suffixes = (".py", ".pyi", ".pyw")
@@ -479,12 +526,14 @@ class PythonScanner(FileScanner):
         data = source.data
         edges = chunks.LazyEdges(data)
         wanted = code_token_lines(data, edges)
+        extensions, nested = import_lines(data)
+        wanted |= extensions
         if not wanted:
             return []  # every CUDA token sits in a comment or docstring
         limit = source.finding_limit
         if limit is None or len(wanted) <= limit:
-            findings = scan_python_text(source, source.text, wanted=wanted, data=data, edges=edges)
-        else:
+            findings = scan_python_text(source, source.text, wanted=wanted, data=data, edges=edges, nested=nested)
+        else:  # a huge file: windows of statements (nested imports are not followed there)
             findings = scan_in_windows(source, sorted(wanted), max(limit, WINDOW_LINES), edges)
         if findings and MARKER_WORD in source.data:
             findings = acknowledge(findings, source.lines)
