@@ -76,6 +76,20 @@ def _config(x2d: torch.Tensor) -> configs.Config:
     return configs.choose(NAME, SPACE, _rows.problem_of(x2d), x2d.device)
 
 
+class TargetOutOfRange(KernelError, IndexError):
+    """A target class outside [0, classes) that is not ignore_index: an IndexError, as torch raises."""
+
+
+def check_targets(target: torch.Tensor, n_classes: int, ignore_index: int) -> None:
+    """Raise TargetOutOfRange like torch's "Target 10 is out of bounds." instead of reading another row.
+
+    One reduction over the targets (a device-to-host sync on a GPU, as torch's own CPU check does).
+    """
+    bad = (target != ignore_index) & ((target < 0) | (target >= n_classes))
+    if target.numel() and bool(bad.any()):
+        raise TargetOutOfRange(f"Target {int(target[bad][0])} is out of bounds.")
+
+
 class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str) -> torch.Tensor:
@@ -86,6 +100,7 @@ class _CrossEntropy(torch.autograd.Function):
         x2d = _rows.as_rows(logits)
         target = target.contiguous()
         n_rows, n_cols = x2d.shape
+        check_targets(target, n_cols, ignore_index)
         loss = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
         lse = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
         cfg = _config(x2d)

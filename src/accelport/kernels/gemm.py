@@ -111,8 +111,9 @@ SPACE = configs.ConfigSpace(
     onchip_bytes=_smem,
     bucket=lambda p: configs.bucket_pow2(M=p["M"], N=p["N"], K=p["K"]),
     score=_score,
-    num_warps=lambda p, hw: (4, 8),
-    num_stages=lambda p, hw: (1, 2) if hw.warp_size == 64 else (2, 3, 4, 5),
+    num_warps=configs.matrix_warps,
+    # Ascend (a grid bound to cores) has no num_stages: its compiler pipelines the cube unit's buffers itself.
+    num_stages=lambda p, hw: (1,) if hw.grid_is_physical else (1, 2) if hw.warp_size == 64 else (2, 3, 4, 5),
     reject=_reject,
 )
 
@@ -124,7 +125,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.dtype != b.dtype:
         raise KernelError(f"gemm: a is {a.dtype} and b is {b.dtype}; cast one of them")
     lead = a.shape[:-1]
-    a2 = a.reshape(-1, a.shape[-1])
+    a2 = _rows.flat(a)
     (m, k), n = a2.shape, b.shape[1]
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
     if m and n:
@@ -152,8 +153,7 @@ class _Gemm(torch.autograd.Function):
         da = matmul(dc, b.t()) if ctx.needs_input_grad[0] else None
         db = None
         if ctx.needs_input_grad[1]:
-            dc2 = dc.reshape(-1, dc.shape[-1])
-            db = matmul(a.reshape(-1, a.shape[-1]).t(), dc2)
+            db = matmul(_rows.flat(a).t(), _rows.flat(dc))
         return da, db
 
 
