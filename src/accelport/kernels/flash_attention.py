@@ -158,3 +158,39 @@ OPERATOR = Operator(
     problem=_problem,
     tolerances={"float32": (1e-5, 1e-5), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)},
 )
+
+
+class FlashAttention(torch.autograd.Function):
+    """The flash-attention forward kernel for training: the backward recomputes attention in fp32 with PyTorch.
+
+    There is no backward kernel yet; the recompute materialises the (Sq, Sk) scores of
+    one call, which is what eager attention costs, and gives exact gradients.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> torch.Tensor:
+        ctx.save_for_backward(q, k, v)
+        ctx.causal, ctx.scale = causal, scale
+        with torch.no_grad():
+            return flash_attention(q, k, v, causal, scale)
+
+    @staticmethod
+    def backward(ctx: Any, do: torch.Tensor) -> tuple[Any, ...]:
+        # Under enable(), the recompute runs PyTorch's own ops, not the overrides.
+        from accelport.kernels.aten import bypassing
+
+        q, k, v = ctx.saved_tensors
+        with torch.enable_grad(), bypassing():
+            leaves = [t.detach().float().requires_grad_(need) for t, need in zip((q, k, v), ctx.needs_input_grad[:3], strict=True)]
+            out = reference(*leaves, causal=ctx.causal, scale=ctx.scale)
+            wanted = [t for t in leaves if t.requires_grad]
+            grads = iter(torch.autograd.grad(out, wanted, do.float()))
+        needs = ctx.needs_input_grad[:3]
+        return (*(next(grads).to(t.dtype) if need else None for t, need in zip((q, k, v), needs, strict=True)), None, None)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None) -> torch.Tensor:
+    """Flash attention that trains: the Triton forward; gradients by a PyTorch recompute (see FlashAttention)."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        return FlashAttention.apply(q, k, v, causal, scale)
+    return flash_attention(q, k, v, causal, scale)
