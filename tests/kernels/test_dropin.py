@@ -69,7 +69,7 @@ def test_patch_runs_the_kernels_a_planted_fault_shows_in_the_loss(monkeypatch):
         kernels.patch(model)
         from accelport.kernels import swiglu
 
-        monkeypatch.setattr(swiglu._SwiGLU, "forward", staticmethod(lambda ctx, gate, up: gate * up))  # silu dropped
+        monkeypatch.setattr(swiglu.GLU, "forward", staticmethod(lambda ctx, gate, up, act: gate * up))  # silu dropped
         got = llama_block.loss_of(model, ids)
     kernels.unpatch(model)
     assert abs(float(got) - float(want)) > 1e-3

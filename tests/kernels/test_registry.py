@@ -12,9 +12,10 @@ from accelport.errors import UserError
 from accelport.kernels import ENV_VAR, OPERATOR_NAMES, KernelError, get, registry, tl_compat
 
 
-def test_registry_has_the_nine_operators():
+def test_registry_has_the_fifteen_operators():
     assert OPERATOR_NAMES == (
-        "softmax", "rms_norm", "layer_norm", "rope", "swiglu", "cross_entropy", "gemm", "flash_attention", "block_sparse_attention",
+        "softmax", "log_softmax", "rms_norm", "layer_norm", "add_rms_norm", "rope", "swiglu", "geglu", "cross_entropy",
+        "gemm", "bmm", "linear", "fused_linear_cross_entropy", "flash_attention", "block_sparse_attention",
     )  # fmt: skip
     for name in OPERATOR_NAMES:
         op = get(name)

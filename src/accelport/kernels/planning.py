@@ -45,9 +45,13 @@ def llama_problems() -> dict[str, list[dict[str, Any]]]:
         "geglu": [{"n": TOKENS * m} for m in mlp],
         "rope": [{"heads": h, "head_dim": 128, "tokens": TOKENS} for h in (8, 32, 64)],
         "gemm": [{"M": TOKENS, "N": n, "K": k} for n, k in gemm] + [{"M": k, "N": n, "K": TOKENS} for n, k in gemm[:4]],
+        "linear": [{"M": TOKENS, "N": n, "K": k} for n, k in gemm],
+        "bmm": [{"M": s, "N": s, "K": 128} for s in (2048, 4096)] + [{"M": s, "N": 128, "K": s} for s in (2048, 4096)],
+        "fused_linear_cross_entropy": [{"M": min(TOKENS, (1 << 26) // v), "N": v, "K": h} for h in hidden for v in vocab],
         "flash_attention": attention,
         "block_sparse_attention": [{"block": b, "D": 128} for b in (64, 128)],
     }
+    rows["log_softmax"] = rows["softmax"]
     rows["softmax_npu"] = rows["softmax"]
     rows["rms_norm_npu"] = rows["rms_norm"]
     return rows

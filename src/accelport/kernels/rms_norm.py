@@ -46,8 +46,8 @@ def _rms_norm_fwd(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, x_stride, y_stride, eps
 
 @triton.jit
 def _rms_norm_bwd(
-    x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols, x_stride, dy_stride, dx_stride,
-    rows_per_program, HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr, w_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols, x_stride, dy_stride, dres_stride,
+    dx_stride, rows_per_program, HAS_WEIGHT: tl.constexpr, HAS_DRES: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     # dx = rstd * (dy*w - x_hat * mean(dy*w*x_hat)),  dw = sum_rows dy * x_hat
     pid = tl.program_id(0)
@@ -66,6 +66,8 @@ def _rms_norm_bwd(
         x_hat = x * rstd
         dyw = dy * w
         dx = rstd * (dyw - x_hat * (tl.sum(dyw * x_hat, axis=0) / n_cols))
+        if HAS_DRES:  # fused add + RMSNorm: the gradient reaching the sum directly (its residual output)
+            dx += tl.load(dres_ptr + row * dres_stride + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(dx_ptr + row * dx_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         dw += dy * x_hat
     if HAS_WEIGHT:
@@ -95,8 +97,8 @@ def _rms_norm_fwd_looped(
 
 @triton.jit
 def _rms_norm_bwd_looped(
-    x_ptr, w_ptr, rstd_ptr, dy_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols, x_stride, dy_stride, dx_stride,
-    rows_per_program, HAS_WEIGHT: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr, w_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_partial_ptr, n_rows, n_cols, x_stride, dy_stride, dres_stride,
+    dx_stride, rows_per_program, HAS_WEIGHT: tl.constexpr, HAS_DRES: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     # As _rms_norm_bwd, tile by tile; the program's d(weight) row lives in its own (zeroed) partial row in memory.
     pid = tl.program_id(0)
@@ -122,7 +124,10 @@ def _rms_norm_bwd_looped(
                 dyw = dy * tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
                 partial = dw_partial_ptr + pid * n_cols + start + cols
                 tl.store(partial, tl.load(partial, mask=mask, other=0.0) + dy * x_hat, mask=mask)
-            tl.store(dx_ptr + row * dx_stride + start + cols, (rstd * (dyw - x_hat * c)).to(dx_ptr.dtype.element_ty), mask=mask)
+            dx = rstd * (dyw - x_hat * c)
+            if HAS_DRES:
+                dx += tl.load(dres_ptr + row * dres_stride + start + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(dx_ptr + row * dx_stride + start + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
 # A row that fits one tile is read once; a wider one (or one wider than the unified buffer holds) loops over tiles.
@@ -149,9 +154,12 @@ def forward(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> tuple[t
 
 
 def backward(
-    x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor, dy: torch.Tensor, max_programs: int | None = None
+    x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor, dy: torch.Tensor, max_programs: int | None = None,
+    dres: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(dx, d weight); `dres`, a gradient that reaches x directly, is added to dx in the same pass."""
     x2d, dy2d = _rows.as_rows(x), _rows.as_rows(dy)
+    dres2d = dy2d if dres is None else _rows.as_rows(dres)
     n_rows, n_cols = x2d.shape
     dx = torch.empty_like(x2d)
     if not x2d.numel():  # an empty batch: no gradient flows into the weight
@@ -161,8 +169,9 @@ def backward(
     one_tile = cfg["BLOCK"] >= n_cols
     partial = (torch.empty if one_tile else torch.zeros)((programs, n_cols), dtype=torch.float32, device=x.device)
     launch(
-        _rms_norm_bwd if one_tile else _rms_norm_bwd_looped, (programs,), x2d, weight, rstd, dy2d, dx, partial, n_rows, n_cols,
-        x2d.stride(0), dy2d.stride(0), dx.stride(0), per_program, HAS_WEIGHT=weight is not None, **cfg.launch_options(),
+        _rms_norm_bwd if one_tile else _rms_norm_bwd_looped, (programs,), x2d, x2d if weight is None else weight, rstd, dy2d,
+        dres2d, dx, partial, n_rows, n_cols, x2d.stride(0), dy2d.stride(0), dres2d.stride(0), dx.stride(0), per_program,
+        HAS_WEIGHT=weight is not None, HAS_DRES=dres is not None, **cfg.launch_options(),
     )  # fmt: skip
     return dx.view(x.shape), None if weight is None else partial.sum(0).to(weight.dtype)
 
