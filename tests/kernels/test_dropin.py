@@ -130,12 +130,17 @@ def test_enable_falls_back_for_what_the_kernels_do_not_cover():
     with kernels.enable(["gemm", "cross_entropy", "flash_attention"], device="cpu") as takeover:
         torch.testing.assert_close(x @ x.t(), (x.float() @ x.float().t()).double())
         logits, target = torch.randn(4, 5), torch.tensor([0, 1, 2, 3])
-        torch.nn.functional.cross_entropy(logits, target, label_smoothing=0.1)
+        torch.nn.functional.cross_entropy(logits, torch.softmax(torch.randn(4, 5), -1))  # class probabilities
+        weights = torch.rand(5) + 0.5
+        got = torch.nn.functional.cross_entropy(logits, target, weight=weights, label_smoothing=0.1)
         q = torch.randn(1, 2, 4, 8)
         torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(4, 4, dtype=torch.bool))
+    torch.testing.assert_close(got, torch.nn.functional.cross_entropy(logits, target, weight=weights, label_smoothing=0.1))
     fallbacks = {t.aten: t.fallbacks for t in takeover.takeovers}
+    calls = {t.aten: t.calls for t in takeover.takeovers}
     assert fallbacks["aten::mm"] == {"dtype float64": 1}
-    assert fallbacks["aten::cross_entropy_loss"] == {"label smoothing": 1}
+    assert fallbacks["aten::cross_entropy_loss"] == {"class probabilities as target": 1}
+    assert calls["aten::cross_entropy_loss"] == 1  # class weights and label smoothing: the kernel's own
     assert fallbacks["aten::scaled_dot_product_attention"] == {"attn_mask": 1}
 
 

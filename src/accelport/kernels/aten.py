@@ -21,7 +21,7 @@ npu/musa/mlu, whose adapters register there):
 `rms_norm`, SDPA and `cross_entropy_loss` are composite operators (they decompose
 before reaching a backend key on CPU), so they are overridden one level up, where
 they still arrive whole. A call the kernels do not cover (another dtype, an
-attention mask, dropout, label smoothing, class weights, a normalized shape of more
+attention mask, dropout, probability targets, a normalized shape of more
 than one dimension for rms_norm) goes to the original kernel, fetched with
 `torch.library.get_kernel` before overriding, and is counted as a fallback with its
 reason. Calls that the kernels' own host code makes go to the originals too.
@@ -409,19 +409,15 @@ def _cross_entropy_body(device_type: str) -> Callable[..., Any]:
         logits: Any, target: Any, weight: Any = None, reduction: int = 1, ignore_index: int = -100,
         label_smoothing: float = 0.0,
     ) -> Any:  # fmt: skip
-        _floats(logits)
-        if weight is not None:
-            raise Fallback("class weights")
-        if label_smoothing:
-            raise Fallback("label smoothing")
+        _floats(logits, weight)
         if target.is_floating_point():
             raise Fallback("class probabilities as target")
         if logits.dim() < 2:
             raise Fallback("unbatched logits")
-        classes = logits.shape[1]
-        rows = logits.movedim(1, -1).reshape(-1, classes)  # (N, C, d1, ...) -> (N * d1 * ..., C)
-        loss = cross_entropy(rows, target.reshape(-1), ignore_index, _REDUCTIONS[int(reduction)])
-        return loss.view(target.shape) if int(reduction) == 0 else loss
+        # (N, C, d1, ...) logits, class weights and label smoothing are the kernel's own
+        return cross_entropy(
+            logits, target, ignore_index, _REDUCTIONS[int(reduction)], weight=weight, label_smoothing=label_smoothing
+        )
 
     return body
 

@@ -16,10 +16,9 @@ from typing import Any
 
 import torch
 
-from accelport.kernels import _rows, configs, gemm
+from accelport.kernels import _rows, gemm
 from accelport.kernels import cross_entropy as ce
 from accelport.kernels.registry import Case, Cost, Inputs, KernelError, Operator
-from accelport.kernels.tl_compat import launch
 
 NAME = "fused_linear_cross_entropy"
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk: 64 Mi elements (128 MiB in bf16), whatever the vocabulary
@@ -70,19 +69,12 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
         for start in range(0, n_rows, step):
             xc, tc = x[start : start + step], target[start : start + step]
             logits = gemm.matmul(xc, weight.t())  # one chunk of logits, in x's dtype
-            rows = logits.shape[0]
-            loss = torch.empty(rows, dtype=torch.float32, device=x.device)
-            lse = torch.empty(rows, dtype=torch.float32, device=x.device)
-            cfg = configs.choose(ce.NAME, ce.SPACE, _rows.problem_of(logits), logits.device)
-            launch(ce._cross_entropy_fwd, (rows,), logits, tc, loss, lse, vocab, logits.stride(0), ignore_index, **cfg.launch_options())
+            loss, lse = ce.launch_forward(logits, tc, ignore_index, ce.Options())
             total += loss.sum()
             if dx is None and dw is None:
                 continue
             # d logits = (softmax - one_hot) * scale, written over the logits (each element read, then written, by one program)
-            launch(
-                ce._cross_entropy_bwd, (rows,), logits, tc, lse, scale, logits, vocab, logits.stride(0), logits.stride(0),
-                0, ignore_index, **cfg.launch_options(),
-            )  # fmt: skip
+            ce.launch_backward(logits, tc, lse, scale, None, logits, ignore_index, ce.Options())
             if dx is not None:
                 dx[start : start + step] = gemm.matmul(logits, weight)
             if dw is not None:
