@@ -180,3 +180,27 @@ def test_enable_runs_the_kernels_a_planted_fault_shows_in_the_result(monkeypatch
         assert torch.equal(a @ b, torch.zeros(5, 3))
     monkeypatch.undo()
     assert not torch.equal(a @ b, torch.zeros(5, 3))  # disabled: torch's own mm again
+
+
+def test_enable_takes_over_log_softmax_and_patch_fuses_a_geglu_mlp():
+    x = torch.randn(3, 50, requires_grad=True)
+    ref = x.detach().clone().requires_grad_()
+    with kernels.enable(["log_softmax"], device="cpu") as takeover:
+        y = torch.log_softmax(x, dim=-1)
+        y.backward(torch.ones_like(y) * torch.arange(50.0) / 50)
+    want = torch.log_softmax(ref, dim=-1)
+    want.backward(torch.ones_like(want) * torch.arange(50.0) / 50)
+    torch.testing.assert_close(y, want)
+    torch.testing.assert_close(x.grad, ref.grad, atol=1e-5, rtol=1e-5)
+    assert [t.calls for t in takeover.takeovers] == [1, 1]
+    model = llama_block.build()
+    for layer in model.layers:
+        layer.mlp.act_fn = torch.nn.GELU(approximate="tanh")  # a Gemma-style MLP
+    ids = _ids()
+    want_loss, want_grads = _grads(model, ids)
+    handle = kernels.patch(model)
+    assert "geglu (triton) between the projections" in {e.path: e.detail for e in handle.entries}["layers.0.mlp"]
+    got_loss, got_grads = _grads(model, ids)
+    handle.undo()
+    torch.testing.assert_close(got_loss, want_loss, atol=1e-4, rtol=1e-4)
+    _assert_close(got_grads, want_grads, torch.float32)

@@ -12,6 +12,7 @@ npu/musa/mlu, whose adapters register there):
 | group | ATen operators | level | backward |
 |---|---|---|---|
 | softmax | `_softmax`, `_softmax_backward_data` | backend key | ATen's formula, our backward kernel |
+| log_softmax | `_log_softmax`, `_log_softmax_backward_data` | backend key | ATen's formula, our backward kernel |
 | layer_norm | `native_layer_norm`, `native_layer_norm_backward` | backend key | ATen's formula, our backward kernel |
 | gemm | `mm`, `addmm`, `bmm` | backend key | ATen's formula (mm on transposed views: our kernel) |
 | rms_norm | `rms_norm` | Autograd<key> | our autograd.Function and backward kernel |
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 # accelport operator -> (ATen operator, level) it takes over
 GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
     "softmax": (("_softmax", "backend"), ("_softmax_backward_data", "backend")),
+    "log_softmax": (("_log_softmax", "backend"), ("_log_softmax_backward_data", "backend")),
     "layer_norm": (("native_layer_norm", "backend"), ("native_layer_norm_backward", "backend")),
     "gemm": (("mm", "backend"), ("addmm", "backend"), ("bmm", "backend")),
     "rms_norm": (("rms_norm", "autograd"),),
@@ -246,8 +248,8 @@ def _softmax_launcher(device_type: str) -> Callable[..., Any]:
     return _module("softmax_npu").forward if name == f"{registry.TRITON}-npu" else _module("softmax").forward
 
 
-def _softmax_body(device_type: str) -> Callable[..., Any]:
-    launcher = _softmax_launcher(device_type)
+def _softmax_body(device_type: str, log: bool = False) -> Callable[..., Any]:
+    launcher = _module("softmax").forward if log else _softmax_launcher(device_type)
 
     def body(x: Any, dim: int, half_to_float: bool) -> Any:
         _floats(x)
@@ -255,19 +257,20 @@ def _softmax_body(device_type: str) -> Callable[..., Any]:
             x = x.float()
         if x.dim() == 0:
             raise Fallback("0-d input")
-        return launcher(x.movedim(dim, -1)).movedim(-1, dim).contiguous()
+        moved = x.movedim(dim, -1)
+        return (launcher(moved, log=True) if log else launcher(moved)).movedim(-1, dim).contiguous()
 
     return body
 
 
-def _softmax_backward_body(device_type: str) -> Callable[..., Any]:
+def _softmax_backward_body(device_type: str, log: bool = False) -> Callable[..., Any]:
     softmax = _module("softmax")
 
     def body(grad: Any, out: Any, dim: int, input_dtype: Any) -> Any:
         _floats(grad, out)
         if out.dim() == 0:
             raise Fallback("0-d input")
-        dx = softmax.backward(out.movedim(dim, -1), grad.movedim(dim, -1))
+        dx = softmax.backward(out.movedim(dim, -1), grad.movedim(dim, -1), log=log)
         return dx.movedim(-1, dim).to(input_dtype).contiguous()
 
     return body
@@ -425,6 +428,8 @@ def _cross_entropy_body(device_type: str) -> Callable[..., Any]:
 _BODIES: dict[str, Callable[[str], Callable[..., Any]]] = {
     "_softmax": _softmax_body,
     "_softmax_backward_data": _softmax_backward_body,
+    "_log_softmax": lambda device_type: _softmax_body(device_type, log=True),
+    "_log_softmax_backward_data": lambda device_type: _softmax_backward_body(device_type, log=True),
     "native_layer_norm": _layer_norm_body,
     "native_layer_norm_backward": _layer_norm_backward_body,
     "mm": _mm_body,

@@ -11,7 +11,7 @@ Matched by module type and shape, not by model family:
 |---|---|---|
 | `nn.LayerNorm` | normalized over the last dimension only | LayerNorm kernel (weight, bias optional) |
 | `nn.RMSNorm`, HF-style `*RMSNorm` | 1-D `weight` (or none) and `eps` / `variance_epsilon` | RMSNorm kernel |
-| HF-style MLP | `gate_proj`, `up_proj`, `down_proj` linears and a SiLU activation | SwiGLU kernel between the projections |
+| HF-style MLP | `gate_proj`, `up_proj`, `down_proj` linears and a SiLU (or tanh-GELU) activation | SwiGLU (GEGLU) kernel between the projections |
 | HF-style attention | `q_proj`, `k_proj`, `v_proj`, `o_proj`, `head_dim`, `is_causal`; called with `position_embeddings=(cos, sin)` | RoPE kernel on q and k, flash attention (GQA, causal) |
 
 Replacements keep the original parameters and submodules under the same names, so
@@ -120,7 +120,7 @@ class KernelLayerNorm(nn.Module):
 
 
 class KernelSwiGLUMLP(nn.Module):
-    """down_proj(swiglu(gate_proj(x), up_proj(x))), the projections being the replaced module's own."""
+    """down_proj(glu(gate_proj(x), up_proj(x))) with the SwiGLU or GEGLU kernel, the replaced module's projections."""
 
     def __init__(self, original: nn.Module, fn: Callable[..., Any]) -> None:
         super().__init__()
@@ -176,12 +176,19 @@ def _eps(module: nn.Module) -> float | None:
     return None
 
 
-def _is_silu(module: nn.Module) -> bool:
+def _glu_kind(module: nn.Module) -> str | None:
+    """The fused GLU kernel for an MLP's activation: swiglu (SiLU), geglu (tanh-approximated GELU), or None."""
     act = getattr(module, "act_fn", None)
     if isinstance(act, nn.SiLU) or act is nn.functional.silu:
-        return True
-    config = getattr(module, "config", None)
-    return getattr(config, "hidden_act", None) in ("silu", "swish") and not isinstance(act, nn.Module)
+        return "swiglu"
+    if isinstance(act, nn.GELU) and act.approximate == "tanh":
+        return "geglu"
+    if type(act).__name__ in ("PytorchGELUTanh", "GELUTanh"):  # transformers' gelu_pytorch_tanh
+        return "geglu"
+    hidden_act = getattr(getattr(module, "config", None), "hidden_act", None)
+    if act is None or not isinstance(act, nn.Module):
+        return {"silu": "swiglu", "swish": "swiglu", "gelu_pytorch_tanh": "geglu"}.get(hidden_act)
+    return None
 
 
 def _candidate(module: nn.Module) -> str | None:
@@ -226,10 +233,12 @@ def _replacement(kind: str, module: nn.Module, device_type: str) -> tuple[nn.Mod
             return _DtypeEpsRMSNorm(weight, fn), f"rms_norm ({name}), eps from the input dtype"
         return KernelRMSNorm(weight, eps, fn), f"rms_norm ({name})"
     if kind == "mlp":
-        if not _is_silu(module):
-            return None, f"activation {type(getattr(module, 'act_fn', None)).__name__}: only SiLU (SwiGLU) has a fused kernel"
-        name, fn = impl("swiglu")
-        return KernelSwiGLUMLP(module, fn), f"swiglu ({name}) between the projections"
+        glu = _glu_kind(module)
+        if glu is None:
+            act = type(getattr(module, "act_fn", None)).__name__
+            return None, f"activation {act}: only SiLU (SwiGLU) and tanh GELU (GEGLU) have fused kernels"
+        name, fn = impl(glu)
+        return KernelSwiGLUMLP(module, fn), f"{glu} ({name}) between the projections"
     if kind == "attention":
         if not hasattr(module, "head_dim"):
             return None, "no head_dim attribute"
