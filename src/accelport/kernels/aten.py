@@ -16,7 +16,7 @@ npu/musa/mlu, whose adapters register there):
 | layer_norm | `native_layer_norm`, `native_layer_norm_backward` | backend key | ATen's formula, our backward kernel |
 | gemm | `mm`, `addmm`, `bmm` | backend key | ATen's formula (mm on transposed views: our kernel) |
 | rms_norm | `rms_norm` | Autograd<key> | our autograd.Function and backward kernel |
-| flash_attention | `scaled_dot_product_attention` | Autograd<key> | PyTorch recompute (no backward kernel yet) |
+| flash_attention | `scaled_dot_product_attention` | Autograd<key> | our autograd.Function and backward kernels |
 | cross_entropy | `cross_entropy_loss` | Autograd<key> | our autograd.Function and backward kernel |
 
 `rms_norm`, SDPA and `cross_entropy_loss` are composite operators (they decompose
@@ -385,7 +385,7 @@ def _rms_norm_body(device_type: str) -> Callable[..., Any]:
 
 
 def _sdpa_body(device_type: str) -> Callable[..., Any]:
-    attention = _module("flash_attention").attention
+    _, attention = implementation(registry.get("flash_attention"), device_type)
 
     def body(
         q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,

@@ -137,6 +137,12 @@ def pinned(configs: Mapping[str, Config]) -> Iterator[None]:
         _pinned.reset(token)
 
 
+def pinned_config(name: str) -> Config | None:
+    """The config a caller pinned for `name`, if any (for launches that have fixed tiles rather than a space)."""
+    pins = _pinned.get()
+    return pins.get(name) if pins else None
+
+
 @contextlib.contextmanager
 def targeting(hw: HardwareProfile) -> Iterator[None]:
     """Choose configs as on `hw` inside the block (the AOT check builds for devices it does not have)."""

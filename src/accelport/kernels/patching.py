@@ -20,8 +20,7 @@ attention called with what its kernels do not cover (an attention mask, a KV cac
 no position embeddings) runs the original forward, and counts the fallback.
 `*RotaryEmbedding` modules only compute cos/sin tables; they are reported, not
 replaced: the rotation is fused into the patched attention. Backward: every kernel
-used has one, except attention, whose gradients come from a PyTorch recompute
-(`flash_attention.FlashAttention`).
+used has one (attention: FlashAttention-2's dK/dV and dQ kernels).
 """
 
 from __future__ import annotations
@@ -247,10 +246,8 @@ def _replacement(kind: str, module: nn.Module, device_type: str) -> tuple[nn.Mod
         if getattr(module, "attention_dropout", 0.0) and module.training:
             return None, "attention dropout in training"
         rope_name, rope = impl("rope")
-        _, _ = impl("flash_attention")
-        from accelport.kernels.flash_attention import attention
-
-        return KernelAttention(module, rope, attention), f"rope ({rope_name}) + flash_attention (triton fwd, PyTorch recompute bwd)"
+        attention_name, attention = impl("flash_attention")
+        return KernelAttention(module, rope, attention), f"rope ({rope_name}) + flash_attention ({attention_name})"
     return None, "computes the cos/sin tables only; the rotation runs in the patched attention"
 
 
