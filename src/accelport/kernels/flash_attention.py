@@ -17,12 +17,13 @@ query head of its KV group (no atomics); another per query block accumulates dQ.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
 
 from accelport.kernels import _attention, _rows, configs, tl_compat
-from accelport.kernels.registry import Case, Cost, Inputs, Operator
+from accelport.kernels.registry import Case, Cost, Inputs, KernelError, Operator
 from accelport.kernels.tl_compat import launch, tl, triton
 
 NAME = "flash_attention"
@@ -315,6 +316,33 @@ def flash_attention(
 
 
 attention = flash_attention  # the name enable() and patch() use
+
+
+def flash_attention_varlen(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+    causal: bool = False, scale: float | None = None, bottom_right: bool = False,
+) -> torch.Tensor:  # fmt: skip
+    """Variable-length batches packed as FlashAttention's varlen API packs them: q (total_q, heads, head_dim),
+    k and v (total_k, kv_heads, head_dim), sequence i being rows cu_seqlens[i]:cu_seqlens[i + 1].
+
+    Each sequence runs the kernels on a (1, heads, len, head_dim) view of the packed rows
+    (no copy: the kernels take strided q, k, v), so padding costs nothing; differentiable,
+    through the same kernels. One launch per sequence, not one for the batch.
+    """
+    if q.dim() != 3 or k.dim() != 3 or v.shape != k.shape:
+        raise KernelError(f"{NAME}: varlen q must be (total_q, heads, dim) and k, v (total_k, kv_heads, dim), got {tuple(q.shape)}, {tuple(k.shape)}")
+    bounds_q, bounds_k = [int(x) for x in cu_seqlens_q.tolist()], [int(x) for x in cu_seqlens_k.tolist()]
+    if len(bounds_q) != len(bounds_k) or bounds_q[0] != 0 or bounds_k[0] != 0 or bounds_q[-1] != q.shape[0] or bounds_k[-1] != k.shape[0]:
+        raise KernelError(f"{NAME}: cu_seqlens must start at 0, end at the packed lengths ({q.shape[0]}, {k.shape[0]}) and agree in count")
+    if any(b < a for bounds in (bounds_q, bounds_k) for a, b in itertools.pairwise(bounds)):
+        raise KernelError(f"{NAME}: cu_seqlens must not decrease")
+    pieces = []
+    for i in range(len(bounds_q) - 1):
+        qi = q[bounds_q[i] : bounds_q[i + 1]].transpose(0, 1).unsqueeze(0)  # (1, heads, len, dim), a view
+        ki = k[bounds_k[i] : bounds_k[i + 1]].transpose(0, 1).unsqueeze(0)
+        vi = v[bounds_k[i] : bounds_k[i + 1]].transpose(0, 1).unsqueeze(0)
+        pieces.append(flash_attention(qi, ki, vi, causal, scale, bottom_right)[0].transpose(0, 1))
+    return torch.cat(pieces, dim=0) if pieces else q.new_empty(q.shape)
 
 
 def make_inputs(case: Case, dtype: torch.dtype, device: Any, generator: torch.Generator) -> Inputs:
