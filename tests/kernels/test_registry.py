@@ -95,6 +95,8 @@ def test_automatic_choice_that_cannot_load_falls_back_loudly(monkeypatch, caplog
 def test_triton_on_the_wrong_kind_of_tensor_is_an_error():
     with pytest.raises(KernelError, match="interpreter mode"):
         registry.check_runnable("gemm", "triton", "cuda")
+    from accelport.kernels.block_sparse_attention import BlockLayout
+
     with pytest.raises(KernelError, match="forward-only"):
         q = torch.randn(1, 1, 16, 16, requires_grad=True)
-        get("flash_attention").triton(q, q, q)
+        get("block_sparse_attention").triton(q, q, q, BlockLayout.from_block_mask(torch.ones(1, 1, dtype=torch.bool), 16))

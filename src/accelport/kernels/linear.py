@@ -59,16 +59,8 @@ def make_inputs(case: Case, dtype: torch.dtype, device: Any, generator: torch.Ge
     return Inputs(args=(x, weight, _rows.randn((p["N"],), dtype, device, generator)), grad=(0, 1, 2))
 
 
-def _problem(case: Case, dtype: str) -> dict[str, Any]:
-    p = case.params
-    rows = p["M"]
-    for size in p.get("batch", ()):
-        rows *= size
-    return {"M": rows, "N": p["N"], "K": p["K"], "dtype": dtype}
-
-
 def _cost(case: Case, dtype: str) -> Cost:
-    p = _problem(case, dtype)
+    p = gemm._problem(case, dtype)  # (batch..., M) rows, N out, K in: the same sizes as a GEMM case
     m, n, k = p["M"], p["N"], p["K"]
     return Cost(flops=2.0 * m * n * k, bytes=(m * k + k * n + m * n + n) * _rows.DTYPE_BYTES[dtype], bound="compute")
 
@@ -88,6 +80,6 @@ OPERATOR = Operator(
     cost=_cost,
     torch_op=torch_op,
     config_space=gemm.SPACE,
-    problem=_problem,
+    problem=gemm._problem,
     backward=True,
 )
