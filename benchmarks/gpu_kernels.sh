@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# accelport's Triton operator library on a GPU: validation, benchmarks against PyTorch, tuning,
-# then the benchmarks again with the tuned table. Prepared for a lent GPU machine.
+# accelport's Triton operator library on a GPU: validation, benchmarks against PyTorch, one training step of a
+# patched model against PyTorch, tuning, then the benchmarks again with the tuned table. Prepared for a lent GPU.
 #
 #   benchmarks/gpu_kernels.sh                       # all operators, bf16, device cuda, results in $OUT
 #   OPS="gemm flash_attention" benchmarks/gpu_kernels.sh
@@ -8,7 +8,9 @@
 #
 # Time: each step runs under its own limit (timeout, then SIGKILL 5 s later), and no limit reaches
 # past BUDGET seconds from the start less a reserve for the summary, so the whole run ends within
-# BUDGET + 15 s (default 450 s + 15 s, under 8 minutes) whatever hangs. A step cut short is recorded
+# BUDGET + 15 s (default 450 s + 15 s, under 8 minutes) whatever hangs. Validation is budgeted for a cold Triton
+# cache: compiling dominates it, Triton compiles in the launching process on one core, so it runs one process per
+# operator, JOBS at a time (benchmarks/kernels_validate_parallel.py), and each operator's wall time is in test.json. A step cut short is recorded
 # as TIMED OUT; tuning writes its table after each operator, so what it finished is kept and the
 # tuned benchmark still runs. A step with no time left is SKIPPED.
 #
@@ -16,12 +18,14 @@
 # bfloat16), OPS (space-separated operators; default all), CASES (benchmark and tuning matrix:
 # small, device or bench; default: the command's own, bench on a GPU), PYTHON (default
 # .venv/bin/python if it exists, else python3), MAX_CONFIGS (tuning candidates per case; default 6),
-# BUDGET (seconds; default 450). Validation covers every dtype, the other steps DTYPE. DRY_RUN=1
+# BUDGET (seconds; default 450), JOBS (validation processes; default min(cores, 8)). Validation covers every
+# dtype, the other steps DTYPE. DRY_RUN=1
 # sets DEVICE=cpu, DTYPE=float32 (validation too), CASES=small, and MAX_CONFIGS=1 and OPS=swiglu
 # unless given: the Triton kernels run under the interpreter.
 # Writes to $OUT: steps.txt (one "step exit-code" line each; 124 = timed out, skipped = no time),
-# doctor.json, test.json, bench.json, tune.json, tuned.json (the tuned table), bench-tuned.json,
-# summary.txt. Exit code: 0 when every step exited 0 (validation passed, every measurable target
+# doctor.json, test.json, bench.json, model-step.json (forward + backward step time and peak memory of an
+# HF-style Llama-7B-class layer: torch, patch(), enable()), tune.json, tuned.json (the tuned table),
+# bench-tuned.json, summary.txt. Exit code: 0 when every step exited 0 (validation passed, every measurable target
 # met, tuned entries written), else 1.
 set -uo pipefail
 
@@ -38,6 +42,8 @@ OPS=${OPS:-}
 CASES=${CASES:-}
 MAX_CONFIGS=${MAX_CONFIGS:-6}
 BUDGET=${BUDGET:-450}
+cores=$(nproc 2>/dev/null || echo 1)
+JOBS=${JOBS:-$((cores < 8 ? cores : 8))}
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
@@ -76,13 +82,15 @@ run() {
 
 : > "$OUT/steps.txt"
 rm -f "$OUT/tuned.json"  # a table from an earlier run must not pass for this one's
-# Step limits add up to 435 s, more than the budget leaves: a slow early step takes time from the
+# Step limits add up to 495 s, more than the budget leaves: a slow early step takes time from the
 # last ones, never from the total.
 # shellcheck disable=SC2086  # OPS is a list of words on purpose
 run 15  doctor "$PYTHON" -m accelport doctor --format json -o "$OUT/doctor.json"
-run 170 test   "$PYTHON" -m accelport kernels test $OPS --device "$DEVICE" "${test_dtypes[@]}" --format json -o "$OUT/test.json"
+run 170 test   "$PYTHON" benchmarks/kernels_validate_parallel.py $OPS --device "$DEVICE" "${test_dtypes[@]}" --jobs "$JOBS" \
+               -o "$OUT/test.json"
 run 75  bench  "$PYTHON" -m accelport kernels bench $OPS --device "$DEVICE" --dtype "$DTYPE" "${cases[@]}" --check-targets \
                --format json -o "$OUT/bench.json"
+run 60  model-step "$PYTHON" benchmarks/kernels_model_step.py --device "$DEVICE" --dtype "$DTYPE" -o "$OUT/model-step.json"
 run 120 tune   "$PYTHON" -m accelport kernels tune $OPS --device "$DEVICE" --dtype "$DTYPE" "${cases[@]}" \
                --max-configs "$MAX_CONFIGS" --table "$OUT/tuned.json" --format json -o "$OUT/tune.json"
 if [[ -f "$OUT/tuned.json" ]]; then
@@ -94,14 +102,28 @@ fi
 # Summary: one line per target from the tuned benchmark if there is one, else the first.
 summary_from="$OUT/bench-tuned.json"
 [[ -f "$summary_from" ]] || summary_from="$OUT/bench.json"
-timeout "$RESERVE" "$PYTHON" - "$summary_from" "$OUT/test.json" > "$OUT/summary.txt" <<'PY'
+timeout "$RESERVE" "$PYTHON" - "$summary_from" "$OUT/test.json" "$OUT/model-step.json" > "$OUT/summary.txt" <<'PY'
 import json, sys
-bench_path, test_path = sys.argv[1], sys.argv[2]
+bench_path, test_path, step_path = sys.argv[1], sys.argv[2], sys.argv[3]
 try:
     test = json.load(open(test_path))
-    print(f"validation: {'passed' if test['passed'] else 'FAILED'} ({test['checks']} checks, {test['failed']} failed)")
+    slowest = max(test.get("ops", {}).items(), key=lambda kv: kv[1]["seconds"], default=None)
+    where = f"; slowest operator {slowest[0]} {slowest[1]['seconds']} s in {test['jobs']} processes" if slowest else ""
+    print(f"validation: {'passed' if test['passed'] else 'FAILED'} ({test['checks']} checks, {test['failed']} failed{where})")
 except (OSError, ValueError, KeyError) as exc:
     print(f"validation: no result ({exc})")
+try:
+    step = json.load(open(step_path))
+    base = step["results"]["torch"]
+    mib = lambda r: "-" if r["peak_mib"] is None else f"{r['peak_mib']:.0f} MiB"
+    print(f"model step ({step['device']}, {step['dtype']}): torch {base['ms']:.2f} ms, peak {mib(base)}")
+    for mode in ("patch", "enable"):
+        r = step["results"][mode]
+        print(f"  {mode:6} {r['ms']:.2f} ms ({r['speedup_vs_torch']:.2f}x torch), peak {mib(r)}, loss gap {r['loss_gap']:.1e}")
+    if "interpreter" in step["note"].lower():
+        print(f"  note: {step['note']}")
+except (OSError, ValueError, KeyError) as exc:
+    print(f"model step: no result ({exc})")
 try:
     bench = json.load(open(bench_path))
 except (OSError, ValueError) as exc:

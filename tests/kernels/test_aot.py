@@ -26,7 +26,7 @@ def test_every_operator_builds_for_sm90_and_gfx942_within_shared_memory(aot_chec
         assert {r.matrix_instructions for r in results if r.op == op and r.target == "sm_90"} == {"wgmma"}
         assert {r.matrix_instructions for r in results if r.op == op and r.target == "gfx942"} == {"mfma"}
     # Backward kernels are built too, not just the forward ones.
-    assert {"_rms_norm_bwd", "_layer_norm_bwd", "_cross_entropy_bwd", "_softmax_bwd", "_swiglu_bwd"} <= {r.kernel for r in results}
+    assert {"_rms_norm_bwd", "_layer_norm_bwd", "_cross_entropy_bwd", "_softmax_bwd", "_glu_bwd"} <= {r.kernel for r in results}
 
 
 def test_a_tuned_config_that_does_not_fit_fails_the_check(tmp_path):

@@ -18,6 +18,28 @@ def test_list_names_every_operator(cli):
     assert "softmax" in cli("kernels", "list").out
 
 
+def test_list_shows_at_least_15_operators_with_forward_and_backward_per_vendor(cli):
+    data = json.loads(cli("kernels", "list", "--format", "json").out)
+    assert len(data) >= 15
+    vendors = {"cuda", "rocm", "xpu", "npu", "musa", "mlu"}
+    for op in data:
+        assert set(op["vendors"]) == vendors, op["name"]
+        assert all({"forward", "backward"} == set(s) for s in op["vendors"].values())
+    by_name = {op["name"]: op["vendors"] for op in data}
+    assert by_name["rms_norm"]["npu"] == {"forward": "triton-npu", "backward": "triton"}
+    assert by_name["flash_attention"]["cuda"] == {"forward": "triton", "backward": "triton"}
+    assert by_name["block_sparse_attention"]["mlu"]["backward"] == "none"
+    table = cli("kernels", "list").out
+    assert f"{len(data)} operators; each vendor cell: forward / backward" in table
+    assert "triton-npu / triton" in table
+
+
+def test_plan_reports_zero_unplanned_triples(cli):
+    result = cli("kernels", "plan", "--dtype", "bfloat16")
+    assert result.code == 0, result.out
+    assert "0 unplanned" in result.out and "ascend-910b2" in result.out and "mtt-s4000" in result.out
+
+
 def test_test_command_validates_and_exits_by_verdict(cli):
     result = cli("kernels", "test", "swiglu", "--device", "cpu", "--dtype", "float32", "--format", "json")
     assert result.code == 0, result.err

@@ -12,9 +12,10 @@ from accelport.errors import UserError
 from accelport.kernels import ENV_VAR, OPERATOR_NAMES, KernelError, get, registry, tl_compat
 
 
-def test_registry_has_the_nine_operators():
+def test_registry_has_the_fifteen_operators():
     assert OPERATOR_NAMES == (
-        "softmax", "rms_norm", "layer_norm", "rope", "swiglu", "cross_entropy", "gemm", "flash_attention", "block_sparse_attention",
+        "softmax", "log_softmax", "rms_norm", "layer_norm", "add_rms_norm", "rope", "swiglu", "geglu", "cross_entropy",
+        "gemm", "bmm", "linear", "fused_linear_cross_entropy", "flash_attention", "block_sparse_attention",
     )  # fmt: skip
     for name in OPERATOR_NAMES:
         op = get(name)
@@ -94,6 +95,8 @@ def test_automatic_choice_that_cannot_load_falls_back_loudly(monkeypatch, caplog
 def test_triton_on_the_wrong_kind_of_tensor_is_an_error():
     with pytest.raises(KernelError, match="interpreter mode"):
         registry.check_runnable("gemm", "triton", "cuda")
+    from accelport.kernels.block_sparse_attention import BlockLayout
+
     with pytest.raises(KernelError, match="forward-only"):
         q = torch.randn(1, 1, 16, 16, requires_grad=True)
-        get("flash_attention").triton(q, q, q)
+        get("block_sparse_attention").triton(q, q, q, BlockLayout.from_block_mask(torch.ones(1, 1, dtype=torch.bool), 16))

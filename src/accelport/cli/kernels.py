@@ -1,6 +1,7 @@
 """`accelport kernels list|test|bench|tune|aot|hardware`: the portable Triton operator library (route B).
 
-list      operators, their implementations, test matrix and config space
+list      operators: forward and backward implementation per vendor, test matrix
+plan      the planning sweep: a config for every operator x hardware profile x Llama-class shape
 test      validate every implementation against its PyTorch reference (on CPU: Triton interpreter), and lint
 bench     achieved TFLOP/s or GB/s and fraction of peak, beside PyTorch's op in the same run
 tune      time the configuration generator's candidates; write the winners as a tuned table
@@ -56,21 +57,28 @@ def run_list(args: argparse.Namespace) -> int:
     from accelport.kernels import registry
 
     ops = registry.operators()
+    vendors = registry.TRITON_VENDORS
     rows = []
     data = []
     for op in ops:
-        axes = ", ".join(sorted(op.config_space.axes)) or "-"
+        status = {v: op.vendor_status(v) for v in vendors}
         data.append({
             "name": op.name, "summary": op.summary, "implementations": list(op.implementations),
             "backward": op.backward, "dtypes": list(op.dtypes), "config_axes": sorted(op.config_space.axes),
             "cases": [c.label for c in op.cases], "device_cases": [c.label for c in op.device_cases],
             "bench_cases": [c.label for c in op.bench_cases],
+            "vendors": {v: {"forward": f, "backward": b} for v, (f, b) in status.items()},
         })  # fmt: skip
-        rows.append((op.name, ", ".join(op.implementations), "fwd+bwd" if op.backward else "fwd", axes, len(op.cases), op.summary))
+        rows.append((op.name, *(f"{f} / {b}" for f, b in status.values()), len(op.cases), op.summary))
     if args.format == "json":
         _json(data, args)
     else:
-        emit(text_table(["operator", "implementations", "passes", "config axes", "cases", "what"], rows), args.output)
+        text = text_table(["operator", *vendors, "cases", "what"], rows)
+        text += (
+            f"{len(ops)} operators; each vendor cell: forward / backward implementation "
+            "(triton: generic Triton kernel, triton-<vendor>: an override, recompute: PyTorch recomputes, none: forward only)\n"
+        )
+        emit(text, args.output)
     return 0
 
 
@@ -193,6 +201,33 @@ def run_aot(args: argparse.Namespace) -> int:
     return 0 if passed else 1
 
 
+# --------------------------------------------------------------------------- plan
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from accelport.kernels import planning
+
+    rows = list(planning.sweep(dtypes=args.dtype or planning.DTYPES))
+    missing = planning.unplanned(rows)
+    refused = [r for r in rows if r.refusal]
+    if args.format == "json":
+        _json({"triples": len(rows), "unplanned": [r.to_dict() for r in missing], "refused": [r.to_dict() for r in refused]}, args)
+        return 1 if missing else 0
+    shown = [r for r in rows if not r.planned] if not args.all else rows
+    table = text_table(
+        ["space", "profile", "problem", "config", "why not"],
+        [(r.space, r.profile, r.label, r.config or "-", r.refusal or ", ".join(f"{k} ({n})" for k, n in r.rejected.items()) if not r.planned else "") for r in shown],
+    ) if shown else ""  # fmt: skip
+    profiles = sorted({r.profile for r in rows})
+    text = table + (
+        f"{len(rows)} (config space, profile, shape, dtype) triples over {len(profiles)} profiles "
+        f"({', '.join(profiles)}): {len(rows) - len(missing) - len(refused)} planned, "
+        f"{len(refused)} refused with a documented limit, {len(missing)} unplanned\n"
+    )
+    emit(text, args.output)
+    return 1 if missing else 0
+
+
 # --------------------------------------------------------------------------- hardware
 
 
@@ -261,6 +296,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", action="append", choices=("sm_80", "sm_90", "gfx942"), help="compile target; repeatable (default: all three)")
     p.add_argument("--jobs", type=positive_int, metavar="N", help="compiler processes (default: CPU count)")
     p.set_defaults(handler=run_aot)
+
+    p = sub.add_parser("plan", help="does every operator get a config on every hardware profile at Llama-class sizes?")
+    _common(p, ops=False, device=False)
+    p.add_argument("--all", action="store_true", help="show every triple, not only the unplanned ones")
+    p.set_defaults(handler=run_plan)
 
     p = sub.add_parser("hardware", help="hardware profiles: on-chip memory, cores, matrix units, peaks")
     p.add_argument("key", nargs="?", help="one profile key (default: all)")

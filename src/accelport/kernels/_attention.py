@@ -94,7 +94,7 @@ def dense_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: 
 
 
 def attention_stages(p: configs.Problem, hw: Any) -> tuple[int, ...]:
-    return (1, 2) if hw.warp_size == 64 else (1, 2, 3, 4)
+    return (1,) if hw.grid_is_physical else (1, 2) if hw.warp_size == 64 else (1, 2, 3, 4)
 
 
 def attention_smem(block_m: int, block_n: int, stages: int, p: configs.Problem, hw: Any) -> int:

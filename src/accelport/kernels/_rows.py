@@ -17,7 +17,24 @@ def as_rows(x: Any) -> Any:
     """View `x` as (rows, last dim) with a contiguous last dimension (copying only if it is strided)."""
     if x.stride(-1) != 1:
         x = x.contiguous()
-    return x.reshape(-1, x.shape[-1])
+    return flat(x)
+
+
+def flat(x: Any) -> Any:
+    """`x` as (rows, last dim), strides kept where a view allows; not reshape(-1, cols), which fails with no columns."""
+    rows = 1
+    for size in x.shape[:-1]:
+        rows *= size
+    return x.reshape(rows, x.shape[-1])
+
+
+def check_weight(op: str, x: Any, *params: Any) -> None:
+    """A norm's weight or bias must be None or a vector as wide as x's last dimension (KernelError otherwise)."""
+    from accelport.kernels.registry import KernelError
+
+    for p in params:
+        if p is not None and (p.dim() != 1 or p.shape[0] != x.shape[-1]):
+            raise KernelError(f"{op}: weight/bias of shape {tuple(p.shape)} does not fit x of shape {tuple(x.shape)}; expected ({x.shape[-1]},) or None")
 
 
 def dtype_name(dtype: Any) -> str:
@@ -63,5 +80,5 @@ def row_programs(n_rows: int, device: Any, config: Any, max_programs: int | None
 
     programs = config.get("PROGRAMS") or 4 * max(configs.profile_for(device).cores, 1)
     programs = max(1, min(programs, n_rows, max_programs or n_rows))
-    per_program = -(-n_rows // programs)
-    return -(-n_rows // per_program), per_program
+    per_program = max(1, -(-n_rows // programs))  # an empty batch: one program with no rows writes zero partials
+    return max(1, -(-n_rows // per_program)), per_program

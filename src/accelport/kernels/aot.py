@@ -147,7 +147,7 @@ def record_launches(op: Any, target: str, dtype: str, cases: Sequence[str] | Non
     """
     import torch
 
-    from accelport.kernels import configs, hardware, tl_compat
+    from accelport.kernels import configs, hardware, tl_compat, validate
 
     specs: dict[str, _Spec] = {}
     with configs.targeting(hardware.for_target(target)):
@@ -160,9 +160,9 @@ def record_launches(op: Any, target: str, dtype: str, cases: Sequence[str] | Non
                     a.detach().requires_grad_(i in inputs.grad and op.backward) if isinstance(a, torch.Tensor) else a
                     for i, a in enumerate(inputs.args)
                 ]
-                out = op.triton(*leaves, **inputs.kwargs)
+                outs = validate.outputs(op.triton(*leaves, **inputs.kwargs))
                 if op.backward and inputs.grad:
-                    out.backward(torch.empty_like(out))
+                    torch.autograd.backward(outs, [torch.empty_like(o) for o in outs])
             for launch in launches:
                 spec = spec_of(launch)
                 spec = specs.setdefault(spec.key(), spec)

@@ -229,7 +229,7 @@ SPACE = configs.ConfigSpace(
     onchip_bytes=lambda c, p, hw: _attention.attention_smem(c["BLOCK_M"], c["BLOCK_N"], c.num_stages, p, hw),
     bucket=lambda p: f"D{p['D']}-B{p['block']}",
     score=_score,
-    num_warps=lambda p, hw: (4, 8),
+    num_warps=configs.matrix_warps,
     num_stages=_attention.attention_stages,
     reject=_reject,
 )

@@ -137,6 +137,12 @@ def pinned(configs: Mapping[str, Config]) -> Iterator[None]:
         _pinned.reset(token)
 
 
+def pinned_config(name: str) -> Config | None:
+    """The config a caller pinned for `name`, if any (for launches that have fixed tiles rather than a space)."""
+    pins = _pinned.get()
+    return pins.get(name) if pins else None
+
+
 @contextlib.contextmanager
 def targeting(hw: HardwareProfile) -> Iterator[None]:
     """Choose configs as on `hw` inside the block (the AOT check builds for devices it does not have)."""
@@ -316,6 +322,11 @@ def table_json(device_key_: str, device_name: str, entries: Sequence[TunedEntry]
 # --------------------------------------------------------------------------- shared axes and buckets
 
 
+def matrix_warps(p: Problem, hw: HardwareProfile) -> tuple[int, ...]:
+    """Warps of a tile kernel (GEMM, attention); one where the grid binds to physical cores and warps do not exist."""
+    return (1,) if hw.grid_is_physical else (4, 8)
+
+
 def pipeline_buffers(stages: int, hw: HardwareProfile) -> int:
     """Shared-memory copies of a pipelined operand: one per stage on NVIDIA (cp.async/TMA ring);
     AMD's stream pipeliner keeps stages - 1 in LDS (measured with the AOT check: num_stages=2 holds one)."""
@@ -370,7 +381,7 @@ def row_space(
             return f"a row longer than {max_block} elements does not fit one tile"
         if hw.warp_size:
             per_thread = c["BLOCK"] // (c.num_warps * hw.warp_size)
-            if per_thread < 1:
+            if per_thread < 1 and c.num_warps > 1:  # one warp over a narrow row: Triton replicates the elements
                 return "fewer elements than threads"
             if per_thread > 64:
                 return "more than 64 elements per thread (register spills)"

@@ -31,10 +31,16 @@ def torch_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @triton.jit
 def _gemm_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    stride_ab, stride_bb, stride_cb,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr = False,
 ):  # fmt: skip
     pid = tl.program_id(0)
+    batch = tl.program_id(1).to(tl.int64)  # bmm: one grid row per batch entry; 0 strides otherwise
+    a_ptr += batch * stride_ab
+    b_ptr += batch * stride_bb
+    c_ptr += batch * stride_cb
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     # Grouped order: GROUP_M rows of tiles walk N together, so their A tiles stay in L2.
@@ -61,6 +67,8 @@ def _gemm_kernel(
         b_tile += BLOCK_K * stride_bk
     cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if HAS_BIAS:  # a linear layer's bias, added in fp32 before the one rounding to the output dtype
+        acc += tl.load(bias_ptr + cn, mask=cn < N, other=0.0).to(tl.float32)[None, :]
     c_tile = c_ptr + cm.to(tl.int64)[:, None] * stride_cm + cn[None, :] * stride_cn
     tl.store(c_tile, acc.to(c_ptr.dtype.element_ty), mask=(cm[:, None] < M) & (cn[None, :] < N))
 
@@ -111,33 +119,60 @@ SPACE = configs.ConfigSpace(
     onchip_bytes=_smem,
     bucket=lambda p: configs.bucket_pow2(M=p["M"], N=p["N"], K=p["K"]),
     score=_score,
-    num_warps=lambda p, hw: (4, 8),
-    num_stages=lambda p, hw: (1, 2) if hw.warp_size == 64 else (2, 3, 4, 5),
+    num_warps=configs.matrix_warps,
+    # Ascend (a grid bound to cores) has no num_stages: its compiler pipelines the cube unit's buffers itself.
+    num_stages=lambda p, hw: (1,) if hw.grid_is_physical else (1, 2) if hw.warp_size == 64 else (2, 3, 4, 5),
     reject=_reject,
 )
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a (..., K) @ b (K, N) -> (..., N) with the Triton kernel (no autograd)."""
+def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """a (..., K) @ b (K, N) [+ bias (N,)] -> (..., N) with the Triton kernel (no autograd)."""
     if b.dim() != 2 or a.shape[-1] != b.shape[0]:
         raise KernelError(f"gemm: cannot multiply {tuple(a.shape)} by {tuple(b.shape)}; b must be (K, N) with K = a.shape[-1]")
     if a.dtype != b.dtype:
         raise KernelError(f"gemm: a is {a.dtype} and b is {b.dtype}; cast one of them")
+    if bias is not None and tuple(bias.shape) != (b.shape[1],):
+        raise KernelError(f"gemm: bias of shape {tuple(bias.shape)} does not fit {b.shape[1]} output columns")
     lead = a.shape[:-1]
-    a2 = a.reshape(-1, a.shape[-1])
+    a2 = _rows.flat(a)
     (m, k), n = a2.shape, b.shape[1]
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
     if m and n:
         if k == 0:
-            return c.zero_().view(*lead, n)
+            c.zero_()
+            return (c if bias is None else c + bias.to(c.dtype)).view(*lead, n)
         problem = {"M": m, "N": n, "K": k, "dtype": _rows.dtype_name(a.dtype)}
         cfg = configs.choose(NAME, SPACE, problem, a.device)
-        grid = (-(-m // cfg["BLOCK_M"]) * -(-n // cfg["BLOCK_N"]),)
+        grid = (-(-m // cfg["BLOCK_M"]) * -(-n // cfg["BLOCK_N"]), 1)
         launch(
-            _gemm_kernel, grid, a2, b, c, m, n, k, a2.stride(0), a2.stride(1), b.stride(0), b.stride(1),
-            c.stride(0), c.stride(1), **cfg.launch_options(),
+            _gemm_kernel, grid, a2, b, c, c if bias is None else bias, m, n, k, a2.stride(0), a2.stride(1),
+            b.stride(0), b.stride(1), c.stride(0), c.stride(1), 0, 0, 0, HAS_BIAS=bias is not None, **cfg.launch_options(),
         )  # fmt: skip
     return c.view(*lead, n)
+
+
+def batched_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a (B, M, K) @ b (B, K, N) -> (B, M, N) with one launch: the grid's second axis walks the batch (no autograd)."""
+    if a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise KernelError(f"bmm: cannot multiply {tuple(a.shape)} by {tuple(b.shape)}; expected (B, M, K) and (B, K, N)")
+    if a.dtype != b.dtype:
+        raise KernelError(f"bmm: a is {a.dtype} and b is {b.dtype}; cast one of them")
+    batch, m, k = a.shape
+    n = b.shape[2]
+    c = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
+    if not (batch and m and n):
+        return c
+    if k == 0:
+        return c.zero_()
+    # One config for every batch entry: the problem of one (M, N, K) product.
+    cfg = configs.choose(NAME, SPACE, {"M": m, "N": n, "K": k, "dtype": _rows.dtype_name(a.dtype)}, a.device)
+    grid = (-(-m // cfg["BLOCK_M"]) * -(-n // cfg["BLOCK_N"]), batch)
+    launch(
+        _gemm_kernel, grid, a, b, c, c, m, n, k, a.stride(1), a.stride(2), b.stride(1), b.stride(2), c.stride(1),
+        c.stride(2), a.stride(0), b.stride(0), c.stride(0), HAS_BIAS=False, **cfg.launch_options(),
+    )  # fmt: skip
+    return c
 
 
 class _Gemm(torch.autograd.Function):
@@ -152,8 +187,7 @@ class _Gemm(torch.autograd.Function):
         da = matmul(dc, b.t()) if ctx.needs_input_grad[0] else None
         db = None
         if ctx.needs_input_grad[1]:
-            dc2 = dc.reshape(-1, dc.shape[-1])
-            db = matmul(a.reshape(-1, a.shape[-1]).t(), dc2)
+            db = matmul(_rows.flat(a).t(), _rows.flat(dc))
         return da, db
 
 

@@ -33,15 +33,24 @@ TRITON = "triton"
 
 OPERATOR_NAMES: tuple[str, ...] = (
     "softmax",
+    "log_softmax",
     "rms_norm",
     "layer_norm",
+    "add_rms_norm",
     "rope",
     "swiglu",
+    "geglu",
     "cross_entropy",
     "gemm",
+    "bmm",
+    "linear",
+    "fused_linear_cross_entropy",
     "flash_attention",
     "block_sparse_attention",
 )
+
+# Vendors with a Triton backend (upstream: cuda, rocm; forks: xpu, npu, musa, mlu), the columns of `kernels list`.
+TRITON_VENDORS: tuple[str, ...] = ("cuda", "rocm", "xpu", "npu", "musa", "mlu")
 
 # Devices where no Triton backend exists: the reference is the implementation there.
 _REFERENCE_DEVICES = frozenset({"cpu", "meta", "mps"})
@@ -107,6 +116,8 @@ class Operator:
     # Inputs -> the Inputs torch_op is timed on, built once outside the timed call (a dense mask from a
     # sparse layout), so the benchmark compares the ops, not the conversion; None: the same inputs.
     torch_inputs: Callable[[Inputs], Inputs] | None = None
+    # How training gets gradients when there is no backward kernel (`backward` False); None: it does not.
+    backward_fallback: str | None = None
 
     @property
     def implementations(self) -> tuple[str, ...]:
@@ -136,6 +147,17 @@ class Operator:
             return getattr(importlib.import_module(module_name), attribute)
         except (ImportError, AttributeError) as exc:
             raise KernelError(f"{self.name}: implementation {name!r} cannot load ({exc}); fix {module_name} or choose another") from None
+
+    def vendor_status(self, vendor: str) -> tuple[str, str]:
+        """(forward, backward) on `vendor`'s devices: the implementation dispatch runs, and what gives gradients.
+
+        A vendor override replaces the forward; the backward stays the generic Triton kernel
+        (launched with the vendor's grid rules), so it reads `triton`.
+        """
+        forward = f"{TRITON}-{vendor}" if vendor in self.overrides else TRITON
+        if self.backward:
+            return forward, TRITON
+        return forward, self.backward_fallback or "none"
 
     def select(self, device_type: str) -> tuple[str, bool]:
         """The implementation to run on `device_type`, and whether it was forced by ACCELPORT_KERNEL_IMPL."""

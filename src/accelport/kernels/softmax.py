@@ -28,7 +28,7 @@ def torch_op(x: torch.Tensor) -> torch.Tensor:
 
 
 @triton.jit
-def _softmax_fwd(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr, ONE_TILE: tl.constexpr):
+def _softmax_fwd(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr, ONE_TILE: tl.constexpr, LOG: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_stride
     y_row = y_ptr + row * y_stride
@@ -36,8 +36,10 @@ def _softmax_fwd(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr, 
     if ONE_TILE:
         mask = cols < n_cols
         x = tl.load(x_row + cols, mask=mask, other=-float("inf")).to(tl.float32)
-        e = tl.exp(x - tl.max(x, axis=0))
-        tl.store(y_row + cols, (e / tl.sum(e, axis=0)).to(y_ptr.dtype.element_ty), mask=mask)
+        shifted = x - tl.max(x, axis=0)
+        e = tl.exp(shifted)
+        y = shifted - tl.log(tl.sum(e, axis=0)) if LOG else e / tl.sum(e, axis=0)
+        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
     else:
         m = tl.max(tl.full([BLOCK], -float("inf"), tl.float32), axis=0)
         s = tl.sum(tl.zeros([BLOCK], tl.float32), axis=0)
@@ -50,33 +52,41 @@ def _softmax_fwd(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr, 
         for start in range(0, n_cols, BLOCK):
             mask = start + cols < n_cols
             x = tl.load(x_row + start + cols, mask=mask, other=-float("inf")).to(tl.float32)
-            tl.store(y_row + start + cols, (tl.exp(x - m) / s).to(y_ptr.dtype.element_ty), mask=mask)
+            y = x - m - tl.log(s) if LOG else tl.exp(x - m) / s
+            tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _softmax_bwd(y_ptr, dy_ptr, dx_ptr, n_cols, y_stride, dy_stride, dx_stride, BLOCK: tl.constexpr, ONE_TILE: tl.constexpr):
-    # dx = y * (dy - sum(y * dy))
+def _softmax_bwd(
+    y_ptr, dy_ptr, dx_ptr, n_cols, y_stride, dy_stride, dx_stride, BLOCK: tl.constexpr, ONE_TILE: tl.constexpr,
+    LOG: tl.constexpr = False,
+):  # fmt: skip
+    # softmax: dx = y * (dy - sum(y * dy));  log-softmax (y = log p): dx = dy - exp(y) * sum(dy)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     if ONE_TILE:
         mask = cols < n_cols
         y = tl.load(y_ptr + row * y_stride + cols, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + row * dy_stride + cols, mask=mask, other=0.0).to(tl.float32)
-        dot = tl.sum(y * dy, axis=0)
-        tl.store(dx_ptr + row * dx_stride + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+        if LOG:
+            dx = dy - tl.exp(y) * tl.sum(dy, axis=0)
+        else:
+            dx = y * (dy - tl.sum(y * dy, axis=0))
+        tl.store(dx_ptr + row * dx_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
     else:
         acc = tl.zeros([BLOCK], tl.float32)
         for start in range(0, n_cols, BLOCK):
             mask = start + cols < n_cols
             y = tl.load(y_ptr + row * y_stride + start + cols, mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(dy_ptr + row * dy_stride + start + cols, mask=mask, other=0.0).to(tl.float32)
-            acc += y * dy
+            acc += dy if LOG else y * dy
         dot = tl.sum(acc, axis=0)
         for start in range(0, n_cols, BLOCK):
             mask = start + cols < n_cols
             y = tl.load(y_ptr + row * y_stride + start + cols, mask=mask, other=0.0).to(tl.float32)
             dy = tl.load(dy_ptr + row * dy_stride + start + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(dx_ptr + row * dx_stride + start + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+            dx = dy - tl.exp(y) * dot if LOG else y * (dy - dot)
+            tl.store(dx_ptr + row * dx_stride + start + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
 SPACE = configs.row_space(lambda p: p["cols"], buffers=3)
@@ -86,24 +96,31 @@ def _config(x2d: torch.Tensor) -> configs.Config:
     return configs.choose(NAME, SPACE, _rows.problem_of(x2d), x2d.device)
 
 
-def forward(x: torch.Tensor) -> torch.Tensor:
+def forward(x: torch.Tensor, log: bool = False) -> torch.Tensor:
+    """softmax (or, with `log`, log-softmax) over the last dimension."""
     x2d = _rows.as_rows(x)
     y = torch.empty_like(x2d)
-    cfg = _config(x2d)
-    one_tile = cfg["BLOCK"] >= x2d.shape[1]
-    launch(_softmax_fwd, (x2d.shape[0],), x2d, y, x2d.shape[1], x2d.stride(0), y.stride(0), ONE_TILE=one_tile, **cfg.launch_options())
+    if x2d.numel():
+        cfg = _config(x2d)
+        one_tile = cfg["BLOCK"] >= x2d.shape[1]
+        launch(
+            _softmax_fwd, (x2d.shape[0],), x2d, y, x2d.shape[1], x2d.stride(0), y.stride(0), ONE_TILE=one_tile, LOG=log,
+            **cfg.launch_options(),
+        )  # fmt: skip
     return y.view(x.shape)
 
 
-def backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+def backward(y: torch.Tensor, dy: torch.Tensor, log: bool = False) -> torch.Tensor:
+    """The input gradient from the output `y` (log-probabilities with `log`) and its gradient `dy`."""
     y2d, dy2d = _rows.as_rows(y), _rows.as_rows(dy)
     dx = torch.empty_like(y2d)
-    cfg = _config(y2d)
-    one_tile = cfg["BLOCK"] >= y2d.shape[1]
-    launch(
-        _softmax_bwd, (y2d.shape[0],), y2d, dy2d, dx, y2d.shape[1], y2d.stride(0), dy2d.stride(0), dx.stride(0),
-        ONE_TILE=one_tile, **cfg.launch_options(),
-    )  # fmt: skip
+    if y2d.numel():
+        cfg = _config(y2d)
+        one_tile = cfg["BLOCK"] >= y2d.shape[1]
+        launch(
+            _softmax_bwd, (y2d.shape[0],), y2d, dy2d, dx, y2d.shape[1], y2d.stride(0), dy2d.stride(0), dx.stride(0),
+            ONE_TILE=one_tile, LOG=log, **cfg.launch_options(),
+        )  # fmt: skip
     return dx.view(y.shape)
 
 

@@ -25,60 +25,86 @@ def torch_op(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.silu(gate) * up
 
 
+SILU, GELU_TANH = 0, 1  # the gate activations of the GLU kernels: SwiGLU (Llama), GEGLU with tanh GELU (Gemma)
+
+
 @triton.jit
-def _swiglu_fwd(gate_ptr, up_ptr, y_ptr, n, BLOCK: tl.constexpr):
+def _activation(a, ACT: tl.constexpr):
+    """(act(a), act'(a)) in fp32; tanh is built from the sigmoid (libdevice returns None under the interpreter)."""
+    if ACT == 0:
+        sig = tl.sigmoid(a)
+        return a * sig, sig * (1.0 + a * (1.0 - sig))
+    else:
+        k = 0.7978845608028654  # sqrt(2 / pi)
+        z = tl.minimum(tl.maximum(2.0 * k * (a + 0.044715 * a * a * a), -40.0), 40.0)  # tanh is +-1 in fp32 beyond
+        t = 2.0 * tl.sigmoid(z) - 1.0
+        return 0.5 * a * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * a * a)
+
+
+@triton.jit
+def _glu_fwd(gate_ptr, up_ptr, y_ptr, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     a = tl.load(gate_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(up_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + offs, (a * tl.sigmoid(a) * b).to(y_ptr.dtype.element_ty), mask=mask)
+    act, _ = _activation(a, ACT)
+    tl.store(y_ptr + offs, (act * b).to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _swiglu_bwd(gate_ptr, up_ptr, dy_ptr, dgate_ptr, dup_ptr, n, BLOCK: tl.constexpr):
-    # d gate = dy * up * sig(a) * (1 + a * (1 - sig(a))),  d up = dy * silu(a)
+def _glu_bwd(gate_ptr, up_ptr, dy_ptr, dgate_ptr, dup_ptr, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
+    # d gate = dy * up * act'(a),  d up = dy * act(a); the activation is recomputed, not stored
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     a = tl.load(gate_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(up_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    sig = tl.sigmoid(a)
-    tl.store(dgate_ptr + offs, (dy * b * sig * (1.0 + a * (1.0 - sig))).to(dgate_ptr.dtype.element_ty), mask=mask)
-    tl.store(dup_ptr + offs, (dy * a * sig).to(dup_ptr.dtype.element_ty), mask=mask)
+    act, grad = _activation(a, ACT)
+    tl.store(dgate_ptr + offs, (dy * b * grad).to(dgate_ptr.dtype.element_ty), mask=mask)
+    tl.store(dup_ptr + offs, (dy * act).to(dup_ptr.dtype.element_ty), mask=mask)
 
 
 SPACE = configs.elementwise_space(buffers=5)
+_NAMES = {SILU: NAME, GELU_TANH: "geglu"}  # config space name of each activation's launches
 
 
-def _config(t: torch.Tensor) -> configs.Config:
-    return configs.choose(NAME, SPACE, {"n": t.numel(), "dtype": _rows.dtype_name(t.dtype)}, t.device)
+def _config(t: torch.Tensor, act: int) -> configs.Config:
+    return configs.choose(_NAMES[act], SPACE, {"n": t.numel(), "dtype": _rows.dtype_name(t.dtype)}, t.device)
 
 
-class _SwiGLU(torch.autograd.Function):
+class GLU(torch.autograd.Function):
+    """act(gate) * up and its backward, for one of the activations above."""
+
     @staticmethod
-    def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor, act: int) -> torch.Tensor:
         if gate.shape != up.shape or gate.dtype != up.dtype:
-            raise KernelError(f"swiglu: gate {tuple(gate.shape)} {gate.dtype} and up {tuple(up.shape)} {up.dtype} must match")
+            raise KernelError(f"{_NAMES[act]}: gate {tuple(gate.shape)} {gate.dtype} and up {tuple(up.shape)} {up.dtype} must match")
         gate, up = gate.contiguous(), up.contiguous()
         y = torch.empty_like(gate)
-        cfg = _config(gate)
-        launch(_swiglu_fwd, (-(-gate.numel() // cfg["BLOCK"]),), gate, up, y, gate.numel(), **cfg.launch_options())
+        if gate.numel():
+            cfg = _config(gate, act)
+            launch(_glu_fwd, (-(-gate.numel() // cfg["BLOCK"]),), gate, up, y, gate.numel(), ACT=act, **cfg.launch_options())
         ctx.save_for_backward(gate, up)
+        ctx.act = act
         return y
 
     @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
         gate, up = ctx.saved_tensors
         dy = dy.contiguous()
         dgate, dup = torch.empty_like(gate), torch.empty_like(up)
-        cfg = _config(gate)
-        launch(_swiglu_bwd, (-(-gate.numel() // cfg["BLOCK"]),), gate, up, dy, dgate, dup, gate.numel(), **cfg.launch_options())
-        return dgate, dup
+        if gate.numel():
+            cfg = _config(gate, ctx.act)
+            launch(
+                _glu_bwd, (-(-gate.numel() // cfg["BLOCK"]),), gate, up, dy, dgate, dup, gate.numel(), ACT=ctx.act,
+                **cfg.launch_options(),
+            )  # fmt: skip
+        return dgate, dup, None
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """The Triton implementation, differentiable in gate and up."""
-    return _SwiGLU.apply(gate, up)
+    return GLU.apply(gate, up, SILU)
 
 
 def make_inputs(case: Case, dtype: torch.dtype, device: Any, generator: torch.Generator) -> Inputs:

@@ -142,13 +142,23 @@ def _run(fn: Callable[..., Any], inputs: Any, grad_idx: Sequence[int], seed: int
     args = [convert(a) for a in inputs.args]
     kwargs = {k: convert(v) for k, v in inputs.kwargs.items()}
     leaves = [_detached(a, i in grad_idx) for i, a in enumerate(args)]
-    out = fn(*leaves, **kwargs)
+    outs = outputs(fn(*leaves, **kwargs))
     grads: list[Any] = []
     if grad_idx:
-        g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float32)
-        out.backward(g.to(getattr(torch, dtype)).to(device=out.device, dtype=out.dtype))
+        seeds = [torch.randn(o.shape, generator=torch.Generator().manual_seed(seed + 1 + i), dtype=torch.float32) for i, o in enumerate(outs)]
+        torch.autograd.backward(outs, [g.to(getattr(torch, dtype)).to(device=o.device, dtype=o.dtype) for g, o in zip(seeds, outs, strict=True)])
         grads = [leaves[i].grad for i in grad_idx]
-    return out.detach(), grads
+    return tuple(o.detach() for o in outs), grads
+
+
+def outputs(out: Any) -> tuple[Any, ...]:
+    """An operator's result as a tuple: most return one tensor, fused ones (add + RMSNorm) several."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def output_checks(n: int) -> list[str]:
+    """Check names of an operator's outputs: `out` for one, `out:0`, `out:1`, ... for several."""
+    return ["out"] if n == 1 else [f"out:{i}" for i in range(n)]
 
 
 def check_case(
@@ -176,7 +186,12 @@ def check_case(
         return [CheckResult(op.name, implementation, case.label, dtype, "run", False, float("inf"), float("inf"), atol, rtol, seconds, message)]
     seconds = time.perf_counter() - started
     results = []
-    checks = [("out", out, ref_out), *((f"grad:{i}", g, r) for i, g, r in zip(grad_idx, grads, ref_grads, strict=True))]
+    if len(out) != len(ref_out):
+        return [CheckResult(op.name, implementation, case.label, dtype, "out", False, float("inf"), float("inf"), atol, rtol, seconds, f"{len(out)} outputs, reference {len(ref_out)}")]
+    checks = [
+        *zip(output_checks(len(out)), out, ref_out, strict=True),
+        *((f"grad:{i}", g, r) for i, g, r in zip(grad_idx, grads, ref_grads, strict=True)),
+    ]
     for name, got, want in checks:
         if got is None:
             results.append(CheckResult(op.name, implementation, case.label, dtype, name, False, float("inf"), float("inf"), atol, rtol, seconds, "no gradient"))
