@@ -206,7 +206,10 @@ def _guarded(site: Site, ctx: FileContext, call: ast.Call, new_func: str, entry:
             inner = line.with_changes(body=[expr.with_changes(value=expr.value.with_changes(func=parse(new_func)))])
             return cst.If(test=parse(available), body=cst.IndentedBlock(body=[inner]), leading_lines=line.leading_lines)
 
-        return stmt_edit(site, statement, guard)
+        edit = stmt_edit(site, statement, guard)
+        if edit is not None:
+            edit.header = f"if {available}:"
+        return edit
     fallback = entry.get("fallback")
     if fallback is None:
         return replace_with(site, site.node, new_func)

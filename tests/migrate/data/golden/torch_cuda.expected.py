@@ -37,7 +37,6 @@ def step(model, x):
         y = y + 1
     if torch.accelerator.is_available():
         torch.accelerator.synchronize()  # wait for the kernels
-    if torch.accelerator.is_available():
         torch.accelerator.empty_cache()
     free, total = torch.accelerator.get_memory_info() if torch.accelerator.is_available() else (0, 0)
     peak = (torch.accelerator.max_memory_allocated() if torch.accelerator.is_available() else 0) / 2**30
