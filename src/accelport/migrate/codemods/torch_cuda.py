@@ -81,9 +81,18 @@ def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
     if symbol == "torch.cuda.is_bf16_supported":
         if call is None:
             return None
+        # torch.cuda's answer without CUDA is False; the helper's (True on the CPU) only with an accelerator.
         device = ctx.device(site)
         func = f"{ctx.compat()}.is_bf16_supported"
-        return expr_edit(site, call, lambda c: prepend_args(c.with_changes(func=parse(func)), new_arg(device)))
+        available = f"{ctx.path('torch.accelerator.is_available')}()"
+
+        def bf16(c: cst.BaseExpression) -> cst.BaseExpression:
+            checked = prepend_args(c.with_changes(func=parse(func)), new_arg(device))
+            if _already_guarded(site, ctx):
+                return checked
+            return maybe_parens(site, call, parse(f"{code(checked)} if {available} else False"), "ifexp")
+
+        return expr_edit(site, call, bf16)
     if "fallback_call" in entry:
         return _device_module_call(site, ctx, call, symbol, entry)
     if symbol in ("torch.cuda.manual_seed", "torch.cuda.manual_seed_all") and call is not None:
