@@ -99,6 +99,7 @@ def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
         dropped = _repeated_seed(site, ctx, call)
         if dropped is not None:
             return dropped
+        return _accelerator_seed(site, ctx, call, symbol.rsplit(".", 1)[1])
     path = portable_path(entry)
     if path is None:
         return None
@@ -168,7 +169,7 @@ def _seed_call(ctx: FileContext, statement: ast.stmt | None) -> tuple[str, str] 
 
 
 def _repeated_seed(site: Site, ctx: FileContext, call: ast.Call) -> Edit | None:
-    """Drop `torch.cuda.manual_seed_all(s)` next to `torch.manual_seed(s)`: both become torch.manual_seed(s).
+    """Drop `torch.cuda.manual_seed_all(s)` next to `torch.manual_seed(s)`, which seeds every device already.
 
     Only for adjacent statements with the same argument (nothing runs between them, so one call
     does what the two did) and a line without a comment (a comment is never dropped).
@@ -189,8 +190,9 @@ def _repeated_seed(site: Site, ctx: FileContext, call: ast.Call) -> Edit | None:
         index = next(i for i, s in enumerate(siblings) if s is statement)
     before = _seed_call(ctx, siblings[index - 1]) if index > 0 else None
     after = _seed_call(ctx, siblings[index + 1]) if index + 1 < len(siblings) else None
-    repeated = (before is not None and before[1] == this[1]) or (
-        after is not None and after[1] == this[1] and not after[0].startswith("torch.cuda.")
+    # Only torch.manual_seed(s) itself (it seeds every device) makes the accelerator's seeding redundant.
+    repeated = any(
+        other is not None and other[1] == this[1] and not other[0].startswith("torch.cuda.") for other in (before, after)
     )
     if not repeated:
         return None
@@ -198,6 +200,18 @@ def _repeated_seed(site: Site, ctx: FileContext, call: ast.Call) -> Edit | None:
     if "#" in site.source.text[site.source.end(statement) : end]:
         return None
     return stmt_edit(site, statement, lambda line: [])
+
+
+def _accelerator_seed(site: Site, ctx: FileContext, call: ast.Call, name: str) -> Edit | None:
+    """torch.cuda.manual_seed_all(s) -> the accelerator's own generators seeded, behind is_available().
+
+    Not torch.manual_seed(s): that also reseeds the CPU generator, which torch.cuda's never did
+    (without CUDA it does nothing at all), so the CPU's random numbers would change.
+    """
+    module = f"{ctx.path('torch.get_device_module')}({ctx.device(site)})"
+    quote = site.quote
+    seed = f"getattr({module}, {quote}{name}{quote}, {ctx.path('torch.manual_seed')})" if name == "manual_seed_all" else f"{module}.{name}"
+    return _guarded(site, ctx, call, seed, {"guard": True, "fallback": "None"})
 
 
 def _guarded(site: Site, ctx: FileContext, call: ast.Call, new_func: str, entry: dict) -> Edit | None:
