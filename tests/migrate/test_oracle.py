@@ -171,6 +171,9 @@ _IDIOMS = [
     ["print(list(torch.cuda.memory_allocated() for _ in range(2)))"],
     ["def report(m=torch.cuda.max_memory_allocated()):", "    return m", "print(report())"],
     ["print(torch.ones(1).cuda().is_cuda if torch.cuda.is_available() else 'no gpu')"],
+    ["model = torch.nn.Linear(2, 1).to(rank)", "print(model(torch.ones(1, 2).to(rank)).shape)"],
+    ["device = torch.device('cpu')", "print(torch.ones(1).cuda(device))"],
+    ["where = f'cuda:{rank}'", "print(torch.ones(1).to(where).device.type)"],
     ["print(torch.cuda.get_device_name(0))"],
 ]
 

@@ -7,6 +7,7 @@ import re
 
 import libcst as cst
 
+from accelport.inventory.python.context import DEVICE_NAME_RE
 from accelport.migrate.codemods import (
     called,
     codemod,
@@ -119,6 +120,9 @@ def _torch_device_call(site: Site, ctx: FileContext) -> ast.Call | None:
 @codemod("AP1001", "AP1003")
 def device_string(site: Site, ctx: FileContext) -> Edit | None:
     node = site.node
+    if site.symbol == ".to(index)" and isinstance(node, ast.Name | ast.Attribute):
+        # x.to(local_rank) -> x.to(torch.device(DEVICE.type, local_rank)): the accelerator with that index, or the CPU.
+        return replace_with(site, node, f"{ctx.path('torch.device')}({ctx.device_type(site)}, {site.text()})")
     if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
         return None
     value = node.value
@@ -140,9 +144,12 @@ def device_string(site: Site, ctx: FileContext) -> Edit | None:
     return replace_with(site, node, _string_form(site, ctx, value))
 
 
-@codemod("AP1002")
+@codemod("AP1002", "AP1007")
 def device_fstring(site: Site, ctx: FileContext) -> Edit | None:
+    """f"cuda:{rank}" -> f"{DEVICE.type}:{rank}" (AP1007: an f-string of that shape anywhere: it names a device)."""
     node = site.node
+    if site.rule_id == "AP1007" and not isinstance(node, ast.JoinedStr):
+        return None
     device_type = ctx.device_type(site)
     parent = site.parent
     if isinstance(node, ast.JoinedStr):
@@ -235,6 +242,9 @@ def cuda_method(site: Site, ctx: FileContext) -> Edit | None:
         return None
     if index_node is not None and isinstance(index_node, ast.Constant) and index_node.value is None:
         index_node = None
+    if index_node is not None and _names_a_device(index_node):
+        # x.cuda(device) with a device (not an index) -> x.to(device)
+        return expr_edit(site, call, lambda node: node.with_changes(func=node.func.with_changes(attr=cst.Name("to"))))
     if index_node is not None and not _looks_like_index(index_node):
         return None
     device = ctx.device(site) if index_node is None else None
@@ -268,6 +278,11 @@ def cuda_method(site: Site, ctx: FileContext) -> Edit | None:
 
 def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
+
+
+def _names_a_device(node: ast.AST) -> bool:
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+    return isinstance(name, str) and DEVICE_NAME_RE.fullmatch(name) is not None
 
 
 def _looks_like_index(node: ast.AST) -> bool:
