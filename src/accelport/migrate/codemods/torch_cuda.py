@@ -220,19 +220,21 @@ def _guarded(site: Site, ctx: FileContext, call: ast.Call, new_func: str, entry:
         return replace_with(site, site.node, new_func)
     available = f"{ctx.path('torch.accelerator.is_available')}()"
     statement = statement_call(site, call)
-    if statement is not None and site.source.alone_on_its_lines(statement):
+    if statement is not None and site.source.alone_on_its_lines(statement) and site.source.start(statement) == site.source.start(site.node):
+        # The statement's lines, its call renamed and indented under the guard. Written as text, not
+        # through libcst: the call's own arguments (already rewritten inside) are kept as they are.
+        source = site.source
+        indent = source.indentation(statement.lineno)
+        func = source.text_of(site.node)
 
-        def guard(line: cst.SimpleStatementLine) -> cst.BaseStatement:
-            expr = line.body[0]
-            if len(line.body) != 1 or not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
-                fail("expected a call statement")
-            inner = line.with_changes(body=[expr.with_changes(value=expr.value.with_changes(func=parse(new_func)))])
-            return cst.If(test=parse(available), body=cst.IndentedBlock(body=[inner]), leading_lines=line.leading_lines)
+        def guard(fragment: str, layout) -> str:
+            if not fragment.startswith(indent + func):
+                fail("expected the statement to start with the call")
+            rest = fragment[len(indent) + len(func) :]
+            return f"{indent}if {available}:{layout.newline}{indent}{layout.indent_unit}{new_func}{rest}"
 
-        edit = stmt_edit(site, statement, guard)
-        if edit is not None:
-            edit.header = f"if {available}:"
-        return edit
+        start, end = source.line_span(statement.lineno, statement.end_lineno)
+        return Edit(start, end, "lines", transform=guard, site=site, indent=indent, header=f"if {available}:")
     fallback = entry.get("fallback")
     if fallback is None:
         return replace_with(site, site.node, new_func)
