@@ -203,7 +203,7 @@ def program(draw) -> list[str]:
 
 @st.composite
 def module(draw) -> tuple[str, list[str]]:
-    """A module of PROGRAMS_PER_MODULE programs (functions), maybe with a module-level device choice."""
+    """A module of PROGRAMS_PER_MODULE programs (a function, a method or a closure each), maybe with a module-level device choice."""
     parts = [PRELUDE]
     if draw(st.booleans()):
         parts.append(f"CHOSEN = {draw(st.sampled_from(_device_forms(chr(34))[:7]))}\n\n")
@@ -211,7 +211,19 @@ def module(draw) -> tuple[str, list[str]]:
     for index in range(PROGRAMS_PER_MODULE):
         body = draw(program())
         names.append(f"program_{index}")
-        parts.append(f"\ndef program_{index}():\n" + "".join(f"    {line}\n" for line in body) + "\n")
+        style = draw(st.sampled_from(["function", "method", "closure"]))
+        if style == "function":
+            parts.append(f"\ndef program_{index}():\n" + "".join(f"    {line}\n" for line in body) + "\n")
+        elif style == "method":
+            parts.append(
+                f"\nclass Program{index}:\n    def run(self):\n" + "".join(f"        {line}\n" for line in body)
+                + f"\n\ndef program_{index}():\n    return Program{index}().run()\n"
+            )
+        else:
+            parts.append(
+                f"\ndef program_{index}():\n    def inner():\n" + "".join(f"        {line}\n" for line in body)
+                + "\n    return inner()\n"
+            )
     return "".join(parts), names
 
 
@@ -290,6 +302,8 @@ def oracle(text: str, names: list[str]) -> list[str]:
     if result.error is not None:
         return [f"refused: {result.error}"]
     problems = []
+    if migrate_source(result.migrated, "oracle_case.py").migrated != result.migrated:
+        problems.append("a second migration changes the migrated code")
     for rule_id in _MARKER.findall(result.migrated):
         if rule_id not in KEPT:
             problems.append(f"marker for {rule_id}: {knowledge.rules()[rule_id].summary}")
