@@ -161,3 +161,13 @@ def test_a_users_own_module_of_that_name_is_never_overwritten(tmp_path):
     assert failed.path.endswith("_accelport_compat.py") and "--helpers-module" in failed.error
     write_files(result.changed_files)
     assert (tmp_path / "_accelport_compat.py").read_text() == "MINE = 1\n"
+
+
+def test_cli_helpers_options(cli, tmp_path):
+    (tmp_path / "train.py").write_text(EVENTS)
+    package = cli("migrate", tmp_path, "--helpers", "package")
+    assert package.code == 0 and "+import accelport.compat" in package.out and "_accelport_compat" not in package.out
+    named = cli("migrate", tmp_path, "--helpers-module", "gpu_helpers")
+    assert named.code == 0 and "+import gpu_helpers" in named.out and f"+++ b/{tmp_path}/gpu_helpers.py" in named.out
+    bad = cli("migrate", tmp_path, "--helpers-module", "not-a-name")
+    assert bad.code == 2 and "--helpers-module not-a-name" in bad.err
