@@ -106,6 +106,7 @@ class FileContext:
     # The whole file's parse, when `source.tree` holds only the statements with findings.
     whole_tree: Callable[[], ast.Module] | None = None
     helper: HelperImport = field(default_factory=module_import)  # where the helpers torch lacks come from
+    modules: set[str] = field(default_factory=set)  # standard modules the rewrites use (`collections`)
     _whole_parse: ast.Module | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -147,6 +148,11 @@ class FileContext:
     def dist(self) -> str:
         name = self._module_binding("torch.distributed")
         return name if name is not None else f"{self.torch}.distributed"
+
+    def module(self, name: str) -> str:
+        """A standard module the rewrite uses (imported when the module does not bind it)."""
+        self.modules.add(name)
+        return name
 
     def compat(self) -> str:
         """The name the helpers are reached by (the generated helper module, or accelport.compat)."""
@@ -255,7 +261,8 @@ class FileContext:
         An import goes where isort (ruff's I001) puts it: into its section of the module's
         import block, in sorted order, or as a new section in the place of its kind.
         """
-        if not (self.needs_device and not self._device_defined) and not self.needs_compat and not self.needs_torch:
+        missing = sorted(m for m in self.modules if self._binding(m) is None)
+        if not (self.needs_device and not self._device_defined) and not self.needs_compat and not self.needs_torch and not missing:
             return []
         nl = self.layout.newline
         tree = self.source.tree
@@ -273,7 +280,7 @@ class FileContext:
         else:
             offset = self._top_offset()
             torch_bound_before = False
-        imports = []
+        imports = [(f"import {name}", "stdlib") for name in missing]
         if self.needs_torch or (self.needs_device and not self._device_defined and not torch_bound_before):
             imports.append(("import torch", "thirdparty"))
         if self.needs_compat and not self._imports_compat():

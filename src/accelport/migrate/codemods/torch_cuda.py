@@ -204,6 +204,8 @@ def _guarded(site: Site, ctx: FileContext, call: ast.Call, new_func: str, entry:
     fallback = entry.get("fallback")
     if fallback is None:
         return replace_with(site, site.node, new_func)
+    if entry.get("fallback_import"):
+        ctx.module(entry["fallback_import"])
 
     def conditional(node: cst.BaseExpression) -> cst.BaseExpression:
         renamed = node.with_changes(func=parse(new_func))
