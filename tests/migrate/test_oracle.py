@@ -400,6 +400,12 @@ REGRESSIONS = [
     ["with torch.cuda.amp.autocast():", "    y = torch.ones(2, 2) @ torch.ones(2, 2)", "print(y)"],  # bf16 on the CPU
     ["scaler = torch.cuda.amp.GradScaler()", "print(scaler.scale(torch.tensor(2.0)))"],  # scaled on the CPU
     ["print(torch.ones(2).is_cuda)"],  # True on the CPU
+    ["print(f'{torch.cuda.memory_stats()}')"],  # {} where the original printed OrderedDict()
+    # A class body cannot see the function's `device`: NameError.
+    ["device = torch.device('cpu')", "class Config:", "    device = torch.ones(1).cuda()", "print(Config.device)"],
+    # A local `device` that holds no device is not one to pass on.
+    ["device = torch.cuda.memory_allocated()", "print(device, torch.cuda.memory_stats_as_nested_dict())"],
+    ["print(not ('nccl' if torch.cuda.is_available() else 'gloo'))"],
 ]
 
 

@@ -532,5 +532,30 @@ def _local_device(function: ast.FunctionDef | ast.AsyncFunctionDef, site: Site) 
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
             target, value = stmt.target, stmt.value
         if isinstance(target, ast.Name) and target.id == "device":
-            kind = "typed" if _device_valued(value) else "untyped"
+            kind = "typed" if _device_valued(value) else "untyped" if _maybe_device(value) else None
     return kind
+
+
+def _maybe_device(node: ast.AST) -> bool:
+    """Could this value be a device string (a literal, an f-string, a `.device`-like name, a conditional of those)?
+
+    `device = torch.cuda.memory_allocated()` holds no device: reusing it would pass a number.
+    """
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.Call):  # torch.device(...), get_device(args), current_accelerator()
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return "device" in name.lower() or _device_valued(node)
+    if isinstance(node, ast.Attribute | ast.Name):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id
+        return "device" in name.lower() or name in DEVICE_NAMES
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and "device" in str(node.slice.value)
+    if isinstance(node, ast.IfExp):
+        return _maybe_device(node.body) and _maybe_device(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return all(_maybe_device(v) for v in node.values)
+    return False

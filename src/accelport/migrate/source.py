@@ -108,11 +108,16 @@ class Site:
 
     @cached_property
     def function(self) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-        """The innermost function whose *body* holds the node (its defaults and decorators run outside it)."""
+        """The innermost function whose *body* holds the node (its defaults and decorators run outside it).
+
+        None inside a class body: the function's locals are not what a class body's names resolve to.
+        """
         child: ast.AST = self.node
         for node in self.parents:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(child is s for s in node.body):
                 return node
+            if isinstance(node, ast.ClassDef) and any(child is s for s in node.body):
+                return None
             child = node
         return None
 
