@@ -150,6 +150,7 @@ class SourceIndex:
     line_starts: list[int] = field(default_factory=list)
     quote: str = '"'  # the file's usual string quote (FileContext sets it)
     parents: dict[int, ast.AST] = field(default_factory=dict)
+    _strings_by_statement: dict[int, set[int]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def parse(cls, text: str, filename: str = "<source>") -> SourceIndex:
@@ -210,14 +211,25 @@ class SourceIndex:
     def line_ends_in_string(self, line: int) -> bool:
         """Does physical line `line` end inside a string literal (a triple-quoted one running on)?"""
         for statement in self._statements_covering(line):
-            for node in ast.walk(statement):
-                if (
-                    isinstance(node, ast.JoinedStr | ast.Constant)
-                    and isinstance(getattr(node, "value", ""), str | bytes | list)
-                    and node.lineno <= line < node.end_lineno
-                ):
-                    return True
+            if line in self._string_lines(statement):
+                return True
         return False
+
+    def _string_lines(self, statement: ast.stmt) -> set[int]:
+        """The lines of a top-level statement that end inside a string (walked once, however many markers it gets)."""
+        found = self._strings_by_statement.get(id(statement))
+        if found is None:
+            found = set()
+            if statement.end_lineno != statement.lineno:
+                for node in ast.walk(statement):
+                    if (
+                        isinstance(node, ast.JoinedStr | ast.Constant)
+                        and isinstance(getattr(node, "value", ""), str | bytes | list)
+                        and node.lineno < node.end_lineno
+                    ):
+                        found.update(range(node.lineno, node.end_lineno))
+            self._strings_by_statement[id(statement)] = found
+        return found
 
     def _statements_covering(self, line: int) -> list[ast.stmt]:
         """The outermost statements whose lines include `line`."""
