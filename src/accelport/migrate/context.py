@@ -344,7 +344,7 @@ class FileContext:
         listed = ", ".join(a.name if a.asname is None else f"{a.name} as {a.asname}" for a in names)
         text = f"from {'.' * twin.level}{twin.module or ''} import {listed}"
         start, end = self.source.start(twin), self.source.end(twin)
-        return Edit(start, end, "lines", transform=lambda _fragment, _layout: text)
+        return Edit(start, end, "text", transform=lambda _fragment, _layout: text)
 
     def _end_of(self, statement: ast.stmt) -> int:
         return self.source.line_span(statement.end_lineno, statement.end_lineno)[1]
