@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from accelport.knowledge import VendorProfile
 from accelport.migrate.edits import Edit, Layout
+from accelport.migrate.helpers import PACKAGE_MODULE, HelperImport, module_import
 from accelport.migrate.source import Site, SourceIndex, iter_statements
 
 # Names tried, in order, for the module-level device; the first free (or already ours) wins.
 DEVICE_NAMES = ("DEVICE", "ACCEL_DEVICE", "ACCELPORT_DEVICE")
-COMPAT_MODULE = "accelport.compat"
+COMPAT_MODULE = PACKAGE_MODULE  # what the knowledge files name; `ctx.compat()` says how this file spells it
 _SPACES = re.compile(r"\s+")
 
 
@@ -103,6 +105,8 @@ class FileContext:
     module_uses: list[int] = field(default_factory=list)  # top-level statement indexes using the module device
     # The whole file's parse, when `source.tree` holds only the statements with findings.
     whole_tree: Callable[[], ast.Module] | None = None
+    helper: HelperImport = field(default_factory=module_import)  # where the helpers torch lacks come from
+    modules: set[str] = field(default_factory=set)  # standard modules the rewrites use (`collections`)
     _whole_parse: ast.Module | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -145,9 +149,15 @@ class FileContext:
         name = self._module_binding("torch.distributed")
         return name if name is not None else f"{self.torch}.distributed"
 
+    def module(self, name: str) -> str:
+        """A standard module the rewrite uses (imported when the module does not bind it)."""
+        self.modules.add(name)
+        return name
+
     def compat(self) -> str:
+        """The name the helpers are reached by (the generated helper module, or accelport.compat)."""
         self.needs_compat = True
-        return COMPAT_MODULE
+        return self.helper.name
 
     def path(self, qualified: str) -> str:
         """A `torch.x.y` path spelled with this module's torch name."""
@@ -246,8 +256,13 @@ class FileContext:
     # ----------------------------------------------------------------- module additions
 
     def insertions(self) -> list[Edit]:
-        """Imports and the device definition the rewrites rely on, as zero-width edits."""
-        if not (self.needs_device and not self._device_defined) and not self.needs_compat and not self.needs_torch:
+        """Imports and the device definition the rewrites rely on, as zero-width edits.
+
+        An import goes where isort (ruff's I001) puts it: into its section of the module's
+        import block, in sorted order, or as a new section in the place of its kind.
+        """
+        missing = sorted(m for m in self.modules if self._binding(m) is None)
+        if not (self.needs_device and not self._device_defined) and not self.needs_compat and not self.needs_torch and not missing:
             return []
         nl = self.layout.newline
         tree = self.source.tree
@@ -265,11 +280,11 @@ class FileContext:
         else:
             offset = self._top_offset()
             torch_bound_before = False
-        imports = []
+        imports = [(f"import {name}", "stdlib") for name in missing]
         if self.needs_torch or (self.needs_device and not self._device_defined and not torch_bound_before):
-            imports.append("import torch")
+            imports.append(("import torch", "thirdparty"))
         if self.needs_compat and not self._imports_compat():
-            imports.append(f"import {COMPAT_MODULE}")
+            imports.append((self.helper.statement, self.helper.section))
         blocks = []
         if self.needs_device and not self._device_defined:
             adapter = self._adapter_block()
@@ -278,17 +293,61 @@ class FileContext:
             blocks.append(f"{self.device_name} = {canonical_device(self.torch, self.source.quote)}")
         if not imports and not blocks:
             return []
+        edits = []
+        if not before_code and after_index is not None and _import_block(tree):
+            for statement, section in imports:
+                edits.append(self._placed_import(statement, section))
+            imports = []
         lines: list[str] = []
         if before_code:
-            lines += imports + ([""] if imports and blocks else []) + blocks + [""]
+            lines += [statement for statement, _section in imports] + ([""] if imports and blocks else []) + blocks + [""]
         else:
-            lines += imports
+            lines += [statement for statement, _section in imports]
             for block in blocks:
                 lines += ["", block]
-        text = nl.join("\n".join(lines).split("\n")) + nl
-        if offset == len(self.source.text) and self.source.text and not self.source.text.endswith(("\n", "\r")):
-            text = nl + text
-        return [Edit(offset, offset, "insert", text=text)]
+        if lines:
+            text = nl.join("\n".join(lines).split("\n")) + nl
+            if offset == len(self.source.text) and self.source.text and not self.source.text.endswith(("\n", "\r")):
+                text = nl + text
+            edits.append(Edit(offset, offset, "insert", text=text))
+        return edits
+
+    def _placed_import(self, statement: str, section: str) -> Edit:
+        """A zero-width edit adding `statement` to the leading import block where isort would put it."""
+        nl = self.layout.newline
+        block = _import_block(self.source.tree)
+        new = ast.parse(statement).body[0]
+        rank = _SECTIONS.index(section)
+        key = _import_key(new)
+        if isinstance(new, ast.ImportFrom):
+            twin = next((s for s in block if isinstance(s, ast.ImportFrom) and (s.module, s.level) == (new.module, new.level)), None)
+            merged = self._merged_import(twin, new) if twin is not None else None
+            if merged is not None:
+                return merged
+        same = [s for s in block if _SECTIONS.index(_section_of(s, self.helper.first_party)) == rank]
+        if same:
+            later = next((s for s in same if _import_key(s) > key), None)
+            if later is not None:
+                return Edit(*[self.source.line_starts[later.lineno - 1]] * 2, "insert", text=statement + nl)
+            return Edit(*[self._end_of(same[-1])] * 2, "insert", text=statement + nl)
+        later = next((s for s in block if _SECTIONS.index(_section_of(s, self.helper.first_party)) > rank), None)
+        if later is not None:
+            return Edit(*[self.source.line_starts[later.lineno - 1]] * 2, "insert", text=statement + nl + nl)
+        return Edit(*[self._end_of(block[-1])] * 2, "insert", text=nl + statement + nl)
+
+    def _merged_import(self, twin: ast.ImportFrom, new: ast.ImportFrom) -> Edit | None:
+        """`from . import model` + `from . import helper` -> `from . import helper, model`, as isort joins them."""
+        line = self.source.line(twin.lineno)
+        if twin.end_lineno != twin.lineno or "#" in line or "(" in line or any(a.name == "*" for a in twin.names):
+            return None
+        names = sorted([*twin.names, *new.names], key=lambda a: _member_key(a.name))
+        listed = ", ".join(a.name if a.asname is None else f"{a.name} as {a.asname}" for a in names)
+        text = f"from {'.' * twin.level}{twin.module or ''} import {listed}"
+        start, end = self.source.start(twin), self.source.end(twin)
+        return Edit(start, end, "text", transform=lambda _fragment, _layout: text)
+
+    def _end_of(self, statement: ast.stmt) -> int:
+        return self.source.line_span(statement.end_lineno, statement.end_lineno)[1]
 
     def _adapter_block(self) -> str:
         if self.target is None or not self.target.adapter_import:
@@ -306,10 +365,8 @@ class FileContext:
         )
 
     def _imports_compat(self) -> bool:
-        for _index, stmt in _module_imports(self.source.tree):
-            if isinstance(stmt, ast.Import) and any(a.name == COMPAT_MODULE and not a.asname for a in stmt.names):
-                return True
-        return False
+        wanted = ast.dump(ast.parse(self.helper.statement).body[0])
+        return any(ast.dump(stmt) == wanted for _index, stmt in _module_imports(self.source.tree))
 
     def _top_offset(self) -> int:
         """Where to put code in a module without imports: after its docstring or leading comments."""
@@ -346,6 +403,58 @@ def _module_imports(tree: ast.Module) -> list[tuple[int, ast.Import | ast.Import
                 for handler in getattr(stmt, "handlers", []):
                     pending.extend(handler.body)
     return found
+
+
+# isort's sections, in the order it writes them.
+_SECTIONS = ("future", "stdlib", "thirdparty", "firstparty", "local")
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _section_of(stmt: ast.Import | ast.ImportFrom, first_party: frozenset[str]) -> str:
+    if isinstance(stmt, ast.ImportFrom) and stmt.level:
+        return "local"
+    module = stmt.module if isinstance(stmt, ast.ImportFrom) else stmt.names[0].name
+    top = (module or "").split(".")[0]
+    if top == "__future__":
+        return "future"
+    if top in sys.stdlib_module_names:
+        return "stdlib"
+    return "firstparty" if top in first_party else "thirdparty"
+
+
+def _import_key(stmt: ast.Import | ast.ImportFrom) -> tuple:
+    """isort's order within a section (ruff's defaults): `import x` before `from x import y`, then by
+    module, case-insensitively and with numbers compared as numbers; relative ones furthest first."""
+    if isinstance(stmt, ast.ImportFrom):
+        module = stmt.module or ""
+        return (1, -stmt.level, _natural(module.lower()), module)
+    module = stmt.names[0].name
+    return (0, 0, _natural(module.lower()), module)
+
+
+def _member_key(name: str) -> tuple:
+    """isort's order of the names in one `from x import ...` (ruff's defaults): CONSTANTS, Classes, then the rest."""
+    kind = 0 if len(name) > 1 and name.isupper() else 1 if name[:1].isupper() else 2
+    return (kind, _natural(name.lower()), name)
+
+
+def _natural(text: str) -> tuple:
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(text))
+
+
+def _import_block(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The module's last run of plain top-level imports in its leading imports (what isort sorts as one block)."""
+    block: list[ast.Import | ast.ImportFrom] = []
+    for index, stmt in enumerate(tree.body):
+        if index == 0 and _is_docstring(stmt):
+            continue
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            block.append(stmt)
+        elif _holds_import(stmt):
+            block = []
+        else:
+            break
+    return block
 
 
 def _holds_import(stmt: ast.stmt) -> bool:
@@ -423,5 +532,30 @@ def _local_device(function: ast.FunctionDef | ast.AsyncFunctionDef, site: Site) 
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
             target, value = stmt.target, stmt.value
         if isinstance(target, ast.Name) and target.id == "device":
-            kind = "typed" if _device_valued(value) else "untyped"
+            kind = "typed" if _device_valued(value) else "untyped" if _maybe_device(value) else None
     return kind
+
+
+def _maybe_device(node: ast.AST) -> bool:
+    """Could this value be a device string (a literal, an f-string, a `.device`-like name, a conditional of those)?
+
+    `device = torch.cuda.memory_allocated()` holds no device: reusing it would pass a number.
+    """
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.Call):  # torch.device(...), get_device(args), current_accelerator()
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return "device" in name.lower() or _device_valued(node)
+    if isinstance(node, ast.Attribute | ast.Name):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id
+        return "device" in name.lower() or name in DEVICE_NAMES
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and "device" in str(node.slice.value)
+    if isinstance(node, ast.IfExp):
+        return _maybe_device(node.body) and _maybe_device(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return all(_maybe_device(v) for v in node.values)
+    return False

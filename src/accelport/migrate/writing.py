@@ -71,7 +71,10 @@ def write_files(files: Sequence[FileMigration]) -> list[str]:
             if not migration.changed or migration.disk_path is None:
                 continue
             target = Path(migration.disk_path).resolve()
-            if target.read_bytes() != _encoded(migration, migration.original):
+            if migration.creates:
+                if os.path.lexists(target):
+                    raise UserError(f"{migration.path}: appeared on disk since migrate looked; run migrate again")
+            elif target.read_bytes() != _encoded(migration, migration.original):
                 raise UserError(f"{migration.path}: changed on disk since it was read; run migrate again")
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".accelport.tmp", dir=target.parent)
             staged.append((tmp, str(target)))
@@ -79,7 +82,7 @@ def write_files(files: Sequence[FileMigration]) -> list[str]:
                 handle.write(_encoded(migration, migration.migrated))
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
+            os.chmod(tmp, 0o644 if migration.creates else target.stat().st_mode & 0o7777)
     except BaseException:
         for tmp, _target in staged:
             with suppress(FileNotFoundError):

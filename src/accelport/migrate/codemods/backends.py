@@ -1,14 +1,17 @@
-"""Backend switches: TF32 → torch.set_float32_matmul_precision, cudnn.deterministic → torch.use_deterministic_algorithms."""
+"""Backend switches: TF32 → torch.set_float32_matmul_precision.
+
+`torch.backends.cudnn.deterministic` is not rewritten: torch.use_deterministic_algorithms is broader
+(every backend, and it raises on ops without a deterministic kernel), and the cuDNN flag is
+harmless where there is no cuDNN. It keeps a marker (AP1402).
+"""
 
 from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
-from accelport.migrate.codemods import codemod, fail, maybe_parens, parse, replace_with, stmt_edit
+from accelport.migrate.codemods import codemod, maybe_parens, parse
 from accelport.migrate.context import FileContext
-from accelport.migrate.edits import Edit, code
+from accelport.migrate.edits import Edit
 from accelport.migrate.source import Site
 
 
@@ -21,16 +24,15 @@ def _assigned(site: Site) -> ast.Assign | None:
 
 
 def _set_from_value(site: Site, assign: ast.Assign, make_call) -> Edit | None:
-    """Turn `flag = value` into the call `make_call(value_code, value_node)` returns."""
+    """Turn `flag = value` into the call `make_call(value_code, value_node)` returns (as text: the
+    statement's span becomes the call; what follows on its line, a comment, stays)."""
+    source = site.source
+    start, value_at = source.start(assign), source.start(assign.value) - source.start(assign)
 
-    def rewrite(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-        statement = line.body[0]
-        if len(line.body) != 1 or not isinstance(statement, cst.Assign):
-            fail("expected an assignment")
-        call = parse(make_call(code(statement.value), assign.value))
-        return line.with_changes(body=[cst.Expr(value=call)])
+    def rewrite(fragment: str, _layout) -> str:
+        return make_call(fragment[value_at:], assign.value)
 
-    return stmt_edit(site, assign, rewrite)
+    return Edit(start, source.end(assign), "text", transform=rewrite, site=site)
 
 
 def _is_constant(node: ast.AST, value: bool) -> bool:
@@ -63,27 +65,6 @@ def tf32(site: Site, ctx: FileContext) -> Edit | None:
     if isinstance(site.node.ctx, ast.Load):
         text = f"{ctx.path('torch.get_float32_matmul_precision')}() != {highest}"
         return _compare(site, text)
-    return None
-
-
-@codemod("AP1402")
-def deterministic(site: Site, ctx: FileContext) -> Edit | None:
-    """torch.backends.cudnn.deterministic = True -> torch.use_deterministic_algorithms(True, warn_only=True)"""
-    if not isinstance(site.node, ast.Attribute):
-        return None
-    setter = ctx.path("torch.use_deterministic_algorithms")
-    assign = _assigned(site)
-    if assign is not None:
-
-        def call(value: str, node: ast.AST) -> str:
-            if _is_constant(node, False):
-                return f"{setter}(False)"
-            # warn_only keeps cuDNN's leniency: ops without a deterministic kernel warn instead of raising.
-            return f"{setter}({value}, warn_only=True)"
-
-        return _set_from_value(site, assign, call)
-    if isinstance(site.node.ctx, ast.Load):
-        return replace_with(site, site.node, f"{ctx.path('torch.are_deterministic_algorithms_enabled')}()")
     return None
 
 

@@ -6,7 +6,14 @@ import ast
 
 import libcst as cst
 
-from accelport.migrate.codemods import codemod, expr_edit, parse, replace_with
+from accelport.migrate.codemods import (
+    already_guarded,
+    codemod,
+    expr_edit,
+    in_value_position,
+    parse,
+    replace_with,
+)
 from accelport.migrate.context import FileContext
 from accelport.migrate.edits import Edit, code
 from accelport.migrate.source import Site
@@ -19,6 +26,22 @@ def nccl_backend(site: Site, ctx: FileContext) -> Edit | None:
     if (isinstance(node, ast.Constant) and node.value == "nccl") or (isinstance(node, ast.Attribute) and node.attr == "NCCL"):
         return replace_with(site, node, f"{ctx.dist()}.get_default_backend_for_device({ctx.device(site)})")
     return None
+
+
+@codemod("AP9001")
+def nccl_when_available(site: Site, ctx: FileContext) -> Edit | None:
+    """"nccl" if torch.cuda.is_available() else "gloo" -> the accelerator's default backend in that branch.
+
+    Only where the value is reached with an accelerator available (that branch, or the body of
+    `if torch.cuda.is_available():`): there "nccl" names the collective library of the device in
+    use. Anywhere else "nccl" stays, with its marker.
+    """
+    node = site.node
+    if not (isinstance(node, ast.Constant) and node.value == "nccl") or not in_value_position(site):
+        return None
+    if not already_guarded(site, ctx):
+        return None
+    return replace_with(site, node, f"{ctx.dist()}.get_default_backend_for_device({ctx.module_device(site)})")
 
 
 @codemod("AP1302")

@@ -16,11 +16,13 @@ import libcst as cst
 
 from accelport.inventory.python.context import lookup_api
 from accelport.migrate.codemods import (
+    already_guarded,
     called,
     codemod,
     expr_edit,
     fail,
     maybe_parens,
+    needs_parens,
     new_arg,
     parse,
     prepend_args,
@@ -81,15 +83,25 @@ def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
     if symbol == "torch.cuda.is_bf16_supported":
         if call is None:
             return None
+        # torch.cuda's answer without CUDA is False; the helper's (True on the CPU) only with an accelerator.
         device = ctx.device(site)
         func = f"{ctx.compat()}.is_bf16_supported"
-        return expr_edit(site, call, lambda c: prepend_args(c.with_changes(func=parse(func)), new_arg(device)))
+        available = f"{ctx.path('torch.accelerator.is_available')}()"
+
+        def bf16(c: cst.BaseExpression) -> cst.BaseExpression:
+            checked = prepend_args(c.with_changes(func=parse(func)), new_arg(device))
+            if already_guarded(site, ctx):
+                return checked
+            return maybe_parens(site, call, parse(f"{code(checked)} if {available} else False"), "ifexp")
+
+        return expr_edit(site, call, bf16)
     if "fallback_call" in entry:
         return _device_module_call(site, ctx, call, symbol, entry)
     if symbol in ("torch.cuda.manual_seed", "torch.cuda.manual_seed_all") and call is not None:
         dropped = _repeated_seed(site, ctx, call)
         if dropped is not None:
             return dropped
+        return _accelerator_seed(site, ctx, call, symbol.rsplit(".", 1)[1])
     path = portable_path(entry)
     if path is None:
         return None
@@ -109,42 +121,7 @@ def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
     return _guarded(site, ctx, call, new_func, entry)
 
 
-_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
 _SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all"})
-
-
-def _tests_availability(ctx: FileContext, test: ast.AST) -> bool:
-    """`torch.cuda.is_available()` / `torch.accelerator.is_available()`, alone or as an `and` operand."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return any(_tests_availability(ctx, value) for value in test.values)
-    return isinstance(test, ast.Call) and not test.args and ctx.qualname(test.func) in _AVAILABILITY
-
-
-def _already_guarded(site: Site, ctx: FileContext) -> bool:
-    """Is the site only reached when an accelerator is available (inside `if ...is_available():` and the like)?
-
-    Then the rewrite needs no guard of its own; adding one doubled the test, and a second
-    migration of migrated code added it again.
-    """
-    child: ast.AST = site.node
-    for parent in site.parents:
-        if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-            return False
-        if isinstance(parent, ast.If | ast.IfExp | ast.While) and child is not parent.test:
-            body = parent.body if isinstance(parent.body, list) else [parent.body]
-            orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
-            if any(child is s for s in body) and _tests_availability(ctx, parent.test):
-                return True
-            test = parent.test
-            negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-            if negated and any(child is s for s in orelse) and _tests_availability(ctx, test.operand):
-                return True
-        if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
-            position = next(i for i, v in enumerate(parent.values) if v is child)
-            if any(_tests_availability(ctx, v) for v in parent.values[:position]):
-                return True
-        child = parent
-    return False
 
 
 def _seed_call(ctx: FileContext, statement: ast.stmt | None) -> tuple[str, str] | None:
@@ -159,7 +136,7 @@ def _seed_call(ctx: FileContext, statement: ast.stmt | None) -> tuple[str, str] 
 
 
 def _repeated_seed(site: Site, ctx: FileContext, call: ast.Call) -> Edit | None:
-    """Drop `torch.cuda.manual_seed_all(s)` next to `torch.manual_seed(s)`: both become torch.manual_seed(s).
+    """Drop `torch.cuda.manual_seed_all(s)` next to `torch.manual_seed(s)`, which seeds every device already.
 
     Only for adjacent statements with the same argument (nothing runs between them, so one call
     does what the two did) and a line without a comment (a comment is never dropped).
@@ -180,8 +157,9 @@ def _repeated_seed(site: Site, ctx: FileContext, call: ast.Call) -> Edit | None:
         index = next(i for i, s in enumerate(siblings) if s is statement)
     before = _seed_call(ctx, siblings[index - 1]) if index > 0 else None
     after = _seed_call(ctx, siblings[index + 1]) if index + 1 < len(siblings) else None
-    repeated = (before is not None and before[1] == this[1]) or (
-        after is not None and after[1] == this[1] and not after[0].startswith("torch.cuda.")
+    # Only torch.manual_seed(s) itself (it seeds every device) makes the accelerator's seeding redundant.
+    repeated = any(
+        other is not None and other[1] == this[1] and not other[0].startswith("torch.cuda.") for other in (before, after)
     )
     if not repeated:
         return None
@@ -191,31 +169,55 @@ def _repeated_seed(site: Site, ctx: FileContext, call: ast.Call) -> Edit | None:
     return stmt_edit(site, statement, lambda line: [])
 
 
+def _accelerator_seed(site: Site, ctx: FileContext, call: ast.Call, name: str) -> Edit | None:
+    """torch.cuda.manual_seed_all(s) -> the accelerator's own generators seeded, behind is_available().
+
+    Not torch.manual_seed(s): that also reseeds the CPU generator, which torch.cuda's never did
+    (without CUDA it does nothing at all), so the CPU's random numbers would change.
+    """
+    module = f"{ctx.path('torch.get_device_module')}({ctx.device(site)})"
+    quote = site.quote
+    seed = f"getattr({module}, {quote}{name}{quote}, {ctx.path('torch.manual_seed')})" if name == "manual_seed_all" else f"{module}.{name}"
+    return _guarded(site, ctx, call, seed, {"guard": True, "fallback": "None"})
+
+
 def _guarded(site: Site, ctx: FileContext, call: ast.Call, new_func: str, entry: dict) -> Edit | None:
     """torch.cuda.X(...) -> torch.accelerator.Y(...) behind torch.accelerator.is_available()."""
-    if _already_guarded(site, ctx):
+    if already_guarded(site, ctx):
         return replace_with(site, site.node, new_func)
     available = f"{ctx.path('torch.accelerator.is_available')}()"
     statement = statement_call(site, call)
-    if statement is not None and site.source.alone_on_its_lines(statement):
+    if statement is not None and site.source.alone_on_its_lines(statement) and site.source.start(statement) == site.source.start(site.node):
+        # The statement's lines, its call renamed and indented under the guard. Written as text, not
+        # through libcst: the call's own arguments (already rewritten inside) are kept as they are.
+        source = site.source
+        indent = source.indentation(statement.lineno)
+        func = source.text_of(site.node)
 
-        def guard(line: cst.SimpleStatementLine) -> cst.BaseStatement:
-            expr = line.body[0]
-            if len(line.body) != 1 or not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
-                fail("expected a call statement")
-            inner = line.with_changes(body=[expr.with_changes(value=expr.value.with_changes(func=parse(new_func)))])
-            return cst.If(test=parse(available), body=cst.IndentedBlock(body=[inner]), leading_lines=line.leading_lines)
+        def guard(fragment: str, layout) -> str:
+            if not fragment.startswith(indent + func):
+                fail("expected the statement to start with the call")
+            rest = fragment[len(indent) + len(func) :]
+            return f"{indent}if {available}:{layout.newline}{indent}{layout.indent_unit}{new_func}{rest}"
 
-        return stmt_edit(site, statement, guard)
+        start, end = source.line_span(statement.lineno, statement.end_lineno)
+        return Edit(start, end, "text", transform=guard, site=site, indent=indent, header=f"if {available}:")
     fallback = entry.get("fallback")
     if fallback is None:
         return replace_with(site, site.node, new_func)
+    if entry.get("fallback_import"):
+        ctx.module(entry["fallback_import"])
 
-    def conditional(node: cst.BaseExpression) -> cst.BaseExpression:
-        renamed = node.with_changes(func=parse(new_func))
-        return maybe_parens(site, call, parse(f"{code(renamed)} if {available} else {fallback}"), "ifexp")
+    # As text: the call's own arguments (rewritten inside already) stay as they are; only the name changes.
+    func, parens = site.source.text_of(site.node), needs_parens(site, call, "ifexp")
 
-    return expr_edit(site, call, conditional)
+    def conditional(fragment: str, _layout) -> str:
+        if not fragment.startswith(func):
+            fail("expected the call to start with its function")
+        text = f"{new_func}{fragment[len(func):]} if {available} else {fallback}"
+        return f"({text})" if parens else text
+
+    return Edit(site.source.start(call), site.source.end(call), "text", transform=conditional, site=site)
 
 
 def _device_index(site: Site, ctx: FileContext, call: ast.Call | None) -> Edit | None:
