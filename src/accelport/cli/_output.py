@@ -48,6 +48,19 @@ def check_output(path: str, option: str = "-o") -> None:
         raise UserError(f"{option} {path}: {problem}; give a writable file, or '-'")
 
 
+def check_output_dir(option: str, path: str) -> None:
+    """UserError naming `option` when `path` cannot be (or become) a writable folder."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise UserError(f"{option} {path}: is a file, not a folder; give a folder (it is created when missing)")
+    nearest = os.path.abspath(path)
+    while not os.path.lexists(nearest):
+        nearest = os.path.dirname(nearest)
+    if not os.path.isdir(nearest):
+        raise UserError(f"{option} {path}: cannot be created ({nearest} is not a directory)")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {path}: cannot be created or written ({nearest} is not writable)")
+
+
 def _why(path: Path, exc: OSError) -> str:
     """The reason a write failed, in the user's terms: a parent that is a file reads as such, not as 'File exists'."""
     for parent in path.parents:

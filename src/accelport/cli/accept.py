@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from accelport.cli._output import emit
+from accelport.cli._output import check_output_dir, emit
 
 ORDER = 70
 
@@ -22,6 +22,7 @@ ORDER = 70
 def run(args: argparse.Namespace) -> int:
     from accelport.verify import accept
 
+    check_output_dir("--out-dir", args.out_dir)  # before the checks run, not after
     spec = accept.load_spec(args.spec)
     report = accept.evaluate(spec)
     paths = accept.write_reports(report, Path(args.out_dir))
