@@ -83,7 +83,7 @@ def read_input(path: str | os.PathLike[str], what: str, limit: int = MAX_INPUT_B
             raise UserError(f"{path}: cannot read the {what} (not a regular file: a FIFO, socket or device); {hint}")
         if info.st_size > limit:
             raise UserError(
-                f"{path}: {info.st_size} bytes, more than the {limit >> 20} MiB a {what} may be; {hint}"
+                f"{path}: {info.st_size} bytes, over the {limit >> 20} MiB limit for the {what}; {hint}"
             )
         chunks = []
         total = 0
@@ -94,7 +94,7 @@ def read_input(path: str | os.PathLike[str], what: str, limit: int = MAX_INPUT_B
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:  # it grew while being read
-                raise UserError(f"{path}: more than the {limit >> 20} MiB a {what} may be; {hint}")
+                raise UserError(f"{path}: over the {limit >> 20} MiB limit for the {what}; {hint}")
         return b"".join(chunks)
     except OSError as exc:
         raise UserError(f"{path}: cannot read the {what} ({exc.strerror or exc}); {hint}") from None

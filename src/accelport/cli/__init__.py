@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from accelport import __version__
 from accelport.errors import MissingDependency, UserError
-from accelport.textsafe import one_line
+from accelport.textsafe import one_line, terminal
 
 EXIT_OK = 0
 EXIT_FAIL = 1  # the command ran and its verdict is "fail" (threshold reached, check failed)
@@ -139,10 +139,9 @@ def _main(argv: Sequence[str] | None, collecting: bool) -> int:
     if requested and requested[1] not in _commands(parser):
         parser = build_parser()  # the module did not register that name (a command living elsewhere)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
-        format="accelport: %(levelname)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(_SafeFormatter("accelport: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)], handlers=[handler])
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
@@ -184,6 +183,13 @@ def _main(argv: Sequence[str] | None, collecting: bool) -> int:
     except KeyboardInterrupt:
         print("accelport: interrupted", file=sys.stderr)
         return 130
+
+
+class _SafeFormatter(logging.Formatter):
+    """Log lines name user files too: they pass the terminal sanitizer like every other output."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal(super().format(record))
 
 
 def _error(message: str, code: int) -> int:

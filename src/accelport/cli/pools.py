@@ -10,6 +10,7 @@ from pathlib import Path
 from accelport.cli._output import emit
 from accelport.errors import UserError
 from accelport.fileio import read_input_text
+from accelport.textsafe import one_line
 
 ORDER = 70
 
@@ -154,8 +155,8 @@ def run_validate(args: argparse.Namespace) -> int:
     else:
         lines = []
         for subject, checks, problems in rows:
-            lines.append(f"{'FAIL' if problems else 'ok  '} {subject}  ({', '.join(checks)})")
-            lines += [f"     - {p.path + ': ' if p.path else ''}{p.message} [{p.check}]" for p in problems]
+            lines.append(one_line(f"{'FAIL' if problems else 'ok  '} {subject}  ({', '.join(checks)})"))
+            lines += [one_line(f"     - {p.path + ': ' if p.path else ''}{p.message} [{p.check}]") for p in problems]
         lines.append(f"{len(rows) - failed} passed, {failed} failed")
         emit("\n".join(lines) + "\n", args.output)
     return 1 if failed else 0
