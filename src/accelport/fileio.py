@@ -60,6 +60,31 @@ def user_cache_dir(name: str) -> Path | None:
 MAX_INPUT_BYTES = 64 << 20
 
 
+def open_regular(path: str | os.PathLike[str], what: str, hint: str = "check the path",
+                 missing: str | None = None, shown: object = None) -> int:
+    """A read-only descriptor of `path`, which must be a regular file; UserError in one line otherwise.
+
+    It is opened without waiting for a writer (a FIFO would block an ordinary open forever),
+    then refused unless regular. `missing` replaces the not-found message; `shown` is the
+    name the messages give (default: `path`).
+    """
+    from accelport.errors import UserError
+
+    name = path if shown is None else shown
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UserError(missing or f"{name}: {what} not found; {hint}") from None
+    except OSError as exc:
+        raise UserError(f"{name}: cannot read the {what} ({exc.strerror or exc}); {hint}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "is a directory" if stat.S_ISDIR(mode) else "not a regular file: a FIFO, socket or device"
+        raise UserError(f"{name}: cannot read the {what} ({kind}); {hint}")
+    return fd
+
+
 def read_input(path: str | os.PathLike[str], what: str, limit: int = MAX_INPUT_BYTES, hint: str = "check the path") -> bytes:
     """The bytes of a file the user named, or UserError in one line naming it and `what` it should be.
 
@@ -69,18 +94,9 @@ def read_input(path: str | os.PathLike[str], what: str, limit: int = MAX_INPUT_B
     """
     from accelport.errors import UserError
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise UserError(f"{path}: {what} not found; {hint}") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the {what} ({exc.strerror or exc}); {hint}") from None
+    fd = open_regular(path, what, hint)
     try:
         info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise UserError(f"{path}: cannot read the {what} (is a directory); {hint}")
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"{path}: cannot read the {what} (not a regular file: a FIFO, socket or device); {hint}")
         if info.st_size > limit:
             raise UserError(
                 f"{path}: {info.st_size} bytes, over the {limit >> 20} MiB limit for the {what}; {hint}"

@@ -24,7 +24,6 @@ import json
 import logging
 import math
 import os
-import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from accelport.errors import UserError
+from accelport.fileio import open_regular
 
 log = logging.getLogger(__name__)
 
@@ -303,16 +303,8 @@ def open_inside(folder: Path, name: str, what: str) -> int:
         raise UserError(f"{path}: {what} cannot be resolved ({exc}); {_DAMAGED}") from None
     if not resolved.is_relative_to(folder):
         raise UserError(f"{path}: {what} leads outside the dump folder {folder}; refusing to read it ({_DAMAGED})")
-    try:
-        fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise UserError(f"{path}: {what} missing; the dump is incomplete (copy the whole folder)") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the {what} ({exc.strerror or exc}); check its permissions") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise UserError(f"{path}: {what} is not a regular file (a folder, FIFO or device); {_DAMAGED}")
-    return fd
+    return open_regular(resolved, what, _DAMAGED, shown=path,
+                        missing=f"{path}: {what} missing; the dump is incomplete (copy the whole folder)")
 
 
 def _open_manifest(dump: Path) -> tuple[Path, BinaryIO]:
