@@ -235,3 +235,71 @@ def test_hostile_path(world, tmp_path, name, kind, fifo_watchdog, request):
         assert "accelport: error: " in err and (kind == "control" or str(path.parent) in err), err
     for char in ("\x1b", "\x07"):
         assert char not in out and char not in err, (out + err)[:500]
+
+
+# Path arguments the matrix does not feed hostile inputs, and why. Everything else the parser
+# takes as a path must be in COMMANDS: a new command's input is covered, or listed here.
+NOT_INPUTS = {
+    ("*", "output"): "an output (-o), written atomically",
+    ("migrate", "changes"): "an output: the change list --write writes",
+    ("run", "inventory"): "an output: the dynamic inventory",
+    ("dump", "output_dir"): "an output folder",
+    ("curves", "png"): "an output",
+    ("bench", "save"): "an output",
+    ("soak", "save"): "an output",
+    ("comm", "save"): "an output",
+    ("comm", "workdir"): "a scratch folder the command creates",
+    ("profile", "output_trace"): "an output",
+    ("profile", "report"): "an output",
+    ("accept", "out_dir"): "an output folder (checked: tests/cli/test_cli_errors.py)",
+    ("pools render", "output_dir"): "an output folder",
+    ("pools validate", "output_dir"): "an output folder",
+    ("pools submit", "workdir"): "the folder the job runs in, on the cluster",
+    ("demo", "workdir"): "a scratch folder, recreated",
+    ("demo", "examples"): "the examples of this checkout, read by the demo's own steps",
+    ("ops", "factory"): "a Python file the command imports and runs, as python would",
+    ("kernels tune", "table"): "a tuned table, read by `kernels tune` after it compiles kernels (tests/kernels/test_configs.py)",
+    ("pools validate", "pools"): "the same loader as `pools render --pools`, which the matrix covers",
+    ("pools validate", "job"): "the same loader as `pools render JOB`",
+    ("pools route", "pools"): "the same loader as `pools render --pools`",
+    ("pools route", "job"): "the same loader as `pools render JOB`",
+    ("pools submit", "pools"): "the same loader as `pools render --pools`",
+    ("pools submit", "job"): "the same loader as `pools render JOB`",
+    ("pools submit", "signals"): "the same loader as `pools route --signals`",
+}
+COVERED = {
+    ("inventory", "paths"), ("migrate", "paths"), ("ops", "oplist"), ("compare", "ref"), ("compare", "test"),
+    ("compare", "map"), ("curves", "ref"), ("curves", "tests"), ("curves", "seed"), ("bench", "result"),
+    ("bench", "baseline"), ("profile-diff", "base"), ("profile-diff", "test"), ("accept", "spec"),
+    ("pools render", "job"), ("pools render", "pools"), ("pools validate", "files"), ("pools route", "signals"),
+    ("", "knowledge"),
+}  # fmt: skip
+_PATH_METAVARS = {"PATH", "FILE", "DIR", "LOG", "TEST", "FILE.json", "MODULE:FACTORY"}
+_PATH_POSITIONALS = {"ref", "test", "base", "spec", "job", "paths", "tests"}
+
+
+def _path_arguments() -> set[tuple[str, str]]:
+    import argparse
+
+    from accelport.cli import build_parser
+
+    found = set()
+
+    def walk(parser: argparse.ArgumentParser, command: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{command} {name}".strip())
+            elif action.metavar in _PATH_METAVARS or (not action.option_strings and action.dest in _PATH_POSITIONALS):
+                found.add((command, action.dest))
+
+    walk(build_parser(), "")
+    return found
+
+
+def test_every_path_the_parser_takes_is_in_the_matrix_or_listed_as_not_an_input():
+    arguments = _path_arguments()
+    uncovered = {a for a in arguments if a not in COVERED and a not in NOT_INPUTS and ("*", a[1]) not in NOT_INPUTS}
+    assert not uncovered, f"path arguments with no hostile-input case: {sorted(uncovered)}"
+    assert arguments >= COVERED, sorted(COVERED - arguments)  # the matrix names real arguments
+    assert len(COMMANDS) == len(COVERED)
