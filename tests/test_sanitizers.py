@@ -145,3 +145,13 @@ def test_a_diff_of_a_file_with_a_hostile_name_still_applies_with_git(cli, tree):
     done = subprocess.run(["git", "apply", "--unsafe-paths", "-p1", str(patch)], cwd=tree, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "torch.accelerator" in (tree / ESC_NAME).read_text()
+
+
+def test_json_printed_raw_stays_valid_and_exact_through_the_terminal_sanitizer():
+    """`ensure_ascii=False` JSON leaves DEL, C1 controls and bidi overrides raw; the sanitizer's
+    escapes for them are JSON's own, so what is printed parses to the same value."""
+    value = {"path": "a\x7fb\x85c\u202ed\u2066e", "plain": "ok"}
+    printed = terminal(json.dumps(value, ensure_ascii=False))
+    _no_raw_controls(printed)
+    assert "\x85" not in printed and "\u202e" not in printed
+    assert json.loads(printed) == value

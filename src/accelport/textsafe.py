@@ -29,7 +29,9 @@ def _visible(match: re.Match[str]) -> str:
     if named:
         return named
     code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    # DEL and above as \uXXXX: in a JSON string printed raw (ensure_ascii=False) that is the
+    # character's own JSON escape, so the sanitized text still parses to the same value.
+    return f"\\x{code:02x}" if code < 0x7F else f"\\u{code:04x}"
 
 
 def _visible_unless_style(match: re.Match[str]) -> str:
