@@ -155,3 +155,12 @@ def test_json_printed_raw_stays_valid_and_exact_through_the_terminal_sanitizer()
     _no_raw_controls(printed)
     assert "\x85" not in printed and "\u202e" not in printed
     assert json.loads(printed) == value
+
+
+def test_colour_stays_while_the_names_escape_sequences_do_not(cli, tree, monkeypatch):
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    table = cli("inventory", tree).out
+    assert "\x1b[1m" in table  # accelport's own bold
+    assert "\x1b]0;pwned" not in table and "\x1b[2J" not in table and "\x07" not in table
+    assert "evil\\x1b[31mred\\x1b]0;pwned\\x07" in table
