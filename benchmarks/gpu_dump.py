@@ -1,9 +1,11 @@
 """accelport dump and compare on a GPU: the device run against the CPU run of the same model, planted faults, and the cost per step.
 
 Prepared for a lent GPU machine (one run, a few minutes); `--device cpu` runs every step
-here, on the CPU against itself, to check the script before spending device time.
+here, on the CPU against itself, to check the script before spending device time, and
+`--dry-run` does so with tiny sizes (width 64, 2 rounds; the fused statistics kernel runs
+under TRITON_INTERPRET=1), as tests/verify/test_gpu_dump_script.py does.
 
-    python benchmarks/gpu_dump.py --out DIR [--device cuda] [--widths 256,1024] [--rounds 20]
+    python benchmarks/gpu_dump.py --out DIR [--device cuda] [--widths 256,1024] [--rounds 20] [--dry-run]
 
 Checks (exit code 1 when one fails), on the example TinyLM in eval mode (no dropout), three
 forward+backward steps each:
@@ -14,9 +16,13 @@ forward+backward steps each:
   - a weight changed by +0.05 on the device run: fails, first divergence at that parameter;
   - GELU's output scaled by 1.01 on the device (a wrong kernel registered for the device's
     dispatch key): fails, first divergence at aten.gelu in the right module.
-Figures: the training-step time (AdamW, train mode) plain and under a statistics capture
-on the device for each width (median over --rounds alternating steps, synchronised), and
-the records per step. Everything goes to DIR/result.json; a summary is printed.
+  - the fused statistics kernel (verify/stats_kernel.py) on device tensors of every dtype
+    against the float64 reference.
+Figures: the training-step time (AdamW, train mode) plain, under a statistics capture with
+the fused Triton kernel (the device default) and with the former torch ops
+(ACCELPORT_DUMP_STATS_KERNEL=torch), for each width (median over --rounds alternating
+steps, synchronised), the ratios to the plain step (targets: <= 3 at 256, <= 2 at 1024),
+the records and the statistics kernel launches per step. Everything goes to DIR/result.json; a summary is printed.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import math
+import os
 import shutil
 import statistics
 import sys
@@ -33,13 +41,17 @@ import traceback
 import warnings
 from pathlib import Path
 
+if "--dry-run" in sys.argv:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # read when triton is imported: before anything imports it
+
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from accelport.verify import capture, dumpfile  # noqa: E402
+from accelport.verify import capture, dumpfile, stats_kernel  # noqa: E402
 from accelport.verify.compare import compare_dumps  # noqa: E402
+from accelport.verify.dump import STATS_KERNEL_VAR  # noqa: E402
 
 
 def example():
@@ -112,16 +124,17 @@ def check_capture(folder: Path, device: str) -> dict:
     }
 
 
-def step_times(device: str, mod, width: int, rounds: int) -> dict:
+def step_times(device: str, mod, width: int, rounds: int, seq: int = 256, batch: int = 16) -> dict:
     """Training-step time plain and under a statistics capture, alternating, synchronised."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     models = {}
-    for mode in ("plain", "statistics"):
+    modes = ("plain", "statistics", "statistics_torch_ops")
+    for mode in modes:
         torch.manual_seed(0)
-        model = mod.TinyLM(vocab=1024, d_model=width, n_heads=8, n_layers=4, seq_len=256).to(device).train()
+        model = mod.TinyLM(vocab=1024, d_model=width, n_heads=8, n_layers=4, seq_len=seq).to(device).train()
         models[mode] = (model, torch.optim.AdamW(model.parameters(), lr=1e-4))
     g = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, 1024, (16, 256), generator=g).to(device)
+    tokens = torch.randint(0, 1024, (batch, seq), generator=g).to(device)
 
     def step(mode):
         model, optimizer = models[mode]
@@ -132,38 +145,75 @@ def step_times(device: str, mod, width: int, rounds: int) -> dict:
     for mode in models:
         for _ in range(3):
             step(mode)
-    times = {"plain": [], "statistics": []}
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
     folder = Path(f"/tmp/accelport-gpu-dump-{width}")
-    records = 0
+    records = launches = 0
+    recorder = None
     for _ in range(rounds):
         sync()
         start = time.perf_counter()
         step("plain")
         sync()
         times["plain"].append(time.perf_counter() - start)
-        shutil.rmtree(folder, ignore_errors=True)
-        with capture(folder, step_on="manual") as cap:
-            step("statistics")
-            cap.step()
-            before = cap.records_written
-            sync()
-            start = time.perf_counter()
-            step("statistics")
-            cap.step()
-            sync()
-            times["statistics"].append(time.perf_counter() - start)
-            records = cap.records_written - before
-            recorder = cap.recorder
+        for mode, kernel in (("statistics", "auto"), ("statistics_torch_ops", "torch")):
+            shutil.rmtree(folder, ignore_errors=True)
+            os.environ[STATS_KERNEL_VAR] = kernel  # read by each capture when it starts
+            try:
+                with capture(folder, step_on="manual") as cap:
+                    step(mode)
+                    cap.step()
+                    before = cap.records_written
+                    fused_before = sum(b.launches for b in cap._stats._batches.values() if b is not None)
+                    sync()
+                    start = time.perf_counter()
+                    step(mode)
+                    cap.step()
+                    sync()
+                    times[mode].append(time.perf_counter() - start)
+                    if mode == "statistics":
+                        records = cap.records_written - before
+                        launches = sum(b.launches for b in cap._stats._batches.values() if b is not None) - fused_before
+                        recorder = cap.recorder
+            finally:
+                os.environ.pop(STATS_KERNEL_VAR, None)
     shutil.rmtree(folder, ignore_errors=True)
-    plain, stats = statistics.median(times["plain"]), statistics.median(times["statistics"])
+    plain = statistics.median(times["plain"])
+    fused, torch_ops = statistics.median(times["statistics"]), statistics.median(times["statistics_torch_ops"])
+    target = 3.0 if width <= 256 else 2.0
     return {
         "width": width,
         "plain_step_ms": round(plain * 1e3, 2),
-        "statistics_step_ms": round(stats * 1e3, 2),
-        "statistics_slowdown": round(stats / plain, 3),
+        "statistics_step_ms": round(fused * 1e3, 2),
+        "statistics_slowdown": round(fused / plain, 3),
+        "statistics_torch_ops_step_ms": round(torch_ops * 1e3, 2),
+        "statistics_torch_ops_slowdown": round(torch_ops / plain, 3),
+        "target_slowdown_max": target,
+        "meets_target": fused / plain <= target,
         "records_per_step": records,
+        "fused_kernel_launches_per_step": launches,
         "recorder": recorder,
     }
+
+
+def check_stats_kernel(device: str) -> dict:
+    """The fused kernel on `device` against the float64 reference, every dtype the capture sends it."""
+    if not stats_kernel.available(torch.device(device)):
+        return {"ok": False, "error": f"the fused statistics kernel cannot run on {device} (no Triton backend, or no interpreter)"}
+    batch = stats_kernel.Batch(torch, torch.device(device), programs=4 if device == "cpu" else None, block=16 if device == "cpu" else None)
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.uint8, torch.bool):
+        x = torch.randn(200, generator=g, dtype=torch.float64) * 3
+        x[1], x[2], x[3] = math.nan, math.inf, 0.0
+        x = x.lt(0.5) if dtype == torch.bool else (x.nan_to_num(0.0, 0.0).abs() if not dtype.is_floating_point else x).to(dtype)
+        cases.append((str(dtype), x, batch.add(x.to(device).reshape(-1))))
+    rows = batch.finish()
+    bad = []
+    for name, x, slot in cases:
+        want, got = stats_kernel.reference(x), rows[slot]
+        if not all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) or a == b for a, b in zip(got, want, strict=True)):
+            bad.append({"dtype": name, "kernel": got, "reference": want})
+    return {"ok": not bad, "cases": len(cases), "mismatches": bad, "launches": batch.launches}
 
 
 def main() -> int:
@@ -172,11 +222,14 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--widths", default="256,1024")
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--dry-run", action="store_true", help="on the CPU, tiny sizes: check the script, not the device")
     args = parser.parse_args()
+    if args.dry_run:
+        args.device, args.widths, args.rounds = "cpu", "64", 2
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "dumps"
     mod = example()
-    result: dict = {"device": args.device, "torch": torch.__version__, "checks": {}, "timing": []}
+    result: dict = {"device": args.device, "dry_run": args.dry_run, "torch": torch.__version__, "checks": {}, "timing": []}
     if args.device.startswith("cuda"):
         result["gpu"] = torch.cuda.get_device_name()
     checks = result["checks"]
@@ -216,9 +269,11 @@ def main() -> int:
 
     attempt("weight_plus_0.05", weight)
     attempt("gelu_scaled_1.01", gelu)
+    attempt("stats_kernel", lambda: check_stats_kernel(args.device))
     for width in (int(w) for w in args.widths.split(",")):
         try:
-            result["timing"].append(step_times(args.device, mod, width, args.rounds))
+            sizes = {"seq": 16, "batch": 2} if args.dry_run else {}
+            result["timing"].append(step_times(args.device, mod, width, args.rounds, **sizes))
         except Exception as exc:
             result["timing"].append({"width": width, "error": f"{type(exc).__name__}: {exc}"})
         print("timing", json.dumps(result["timing"][-1]), flush=True)

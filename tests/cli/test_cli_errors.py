@@ -29,9 +29,9 @@ def test_accept_refuses_an_out_dir_that_is_a_file_before_running(cli, tmp_path):
     taken.write_text("keep me\n")
     spec = tmp_path / "spec.toml"
     spec.write_text('[[performance]]\nresult = "missing.json"\nbaseline = "missing.json"\n')
-    _one_line(cli("accept", spec, "--out-dir", taken), f"--out-dir {taken}: is a file, not a folder")
+    _one_line(cli("accept", spec, "--output-dir", taken), f"--output-dir {taken}: is a file, not a folder")
     assert taken.read_text() == "keep me\n"
-    _one_line(cli("accept", spec, "--out-dir", taken / "sub"), f"{taken} is not a directory")
+    _one_line(cli("accept", spec, "--output-dir", taken / "sub"), f"{taken} is not a directory")
 
 
 def test_curves_on_an_unreadable_file_is_one_line(cli, tmp_path):

@@ -29,7 +29,7 @@ def _spec(tmp_path, floor: float) -> str:
     [(100.0, 1, "fail"), (95.1, 1, "fail"), (95.0, 0, "pass"), (90.0, 0, "pass"), (9.5, 0, "pass")],
 )
 def test_bandwidth_gate_fails_below_the_floor_and_passes_at_it(cli, tmp_path, floor, code, status):
-    result = cli("accept", _spec(tmp_path, floor), "--out-dir", tmp_path / "report", "--format", "json")
+    result = cli("accept", _spec(tmp_path, floor), "--output-dir", tmp_path / "report", "--format", "json")
     assert result.code == code, result.err
     (check,) = json.loads(result.out)["checks"]
     assert check["section"] == "collectives" and check["status"] == status

@@ -16,7 +16,7 @@ from functools import cache
 from typing import Any
 
 from accelport import knowledge
-from accelport.findings import BackendStatus, Category, Finding, Location
+from accelport.findings import BackendStatus, Category, Finding, Location, sorted_findings
 from accelport.inventory.base import (
     FileScanner,
     ScanSkipped,
@@ -24,7 +24,7 @@ from accelport.inventory.base import (
     backend_statuses,
     make_finding,
 )
-from accelport.inventory.cuda_api import ApiEntry, Catalogue, catalogue
+from accelport.inventory.cuda_api import ApiEntry, Catalogue, catalogue, rule_for_family
 from accelport.inventory.kernel_equivalents import (
     equivalent_for_kernel,
     equivalent_for_library_call,
@@ -70,30 +70,24 @@ _LAUNCH_APIS = frozenset(
     }
 )
 _MANAGED = frozenset({"cudaMallocManaged", "cuMemAllocManaged", "__managed__"})
-_REGISTRATIONS = frozenset({"TORCH_LIBRARY", "TORCH_LIBRARY_IMPL", "TORCH_LIBRARY_FRAGMENT", "PYBIND11_MODULE"})
+_REGISTRATIONS = frozenset(
+    {
+        "TORCH_LIBRARY",
+        "TORCH_LIBRARY_IMPL",
+        "TORCH_LIBRARY_FRAGMENT",
+        "PYBIND11_MODULE",
+        # torch's stable ABI (torch/csrc/stable/library.h, torch >= 2.9)
+        "STABLE_TORCH_LIBRARY",
+        "STABLE_TORCH_LIBRARY_IMPL",
+        "STABLE_TORCH_LIBRARY_FRAGMENT",
+    }
+)
 _CUDA_DEVICE_CHECKS = frozenset({"is_cuda", "kCUDA"})
+_TORCH_NAMESPACES = frozenset({"at", "c10", "torch"})
 _FULL_MASKS = frozenset({"0xffffffff", "0xffffffffu", "0xffffffffull", "~0u", "0xffffffffffffffff"})
 _WARP_SIZE_NAME = re.compile(r"(?i)k?_?warp_?size")
 
 # Library family -> rule.
-_LIBRARY_RULES = {
-    "cublas": "AP4101",
-    "cudnn": "AP4102",
-    "cufft": "AP4103",
-    "curand": "AP4104",
-    "cusolver": "AP4105",
-    "cusparse": "AP4106",
-    "cub": "AP4107",
-    "thrust": "AP4108",
-    "nccl": "AP4109",
-    "cutlass": "AP4110",
-    "cute": "AP4110",
-    "cutensor": "AP4111",
-    "nvtx": "AP4112",
-    "rtc": "AP4113",
-    "cucomplex": "AP4114",
-    "cupti": "AP4115",
-}
 _HEADER_RULES = {
     Category.FRAMEWORK_API: "AP1910",
     Category.RUNTIME_API: "AP2010",
@@ -113,7 +107,9 @@ _QUERY_SOURCE = """
 (preproc_def name: (identifier) @define_name value: (preproc_arg) @define_value)
 (init_declarator declarator: (identifier) @const_name value: (number_literal) @const_value)
 (preproc_arg) @macro_body
+(preproc_function_def name: (identifier) @function_macro_name)
 (launch_bounds) @launch_bounds
+(for_statement) @for_loop
 (ERROR) @error
 """
 
@@ -192,6 +188,10 @@ class _FileScan:
         self.type_uses: Counter[str] = Counter()
         self.first_type_finding: dict[str, int] = {}
         self.cuda_source = source.display.lower().endswith((".cu", ".cuh"))
+        self.spans: list[tuple[int, int]] = []  # byte span of each finding, in step with `findings`
+        # Functions and macros here that call a CUDA library: name -> Wrapper (see `_wrappers`).
+        self.wrappers: dict[str, Wrapper] = {}
+        self._wrapper_seen = 0  # findings `_wrappers` has looked at
 
     # ------------------------------------------------------------------ helpers
 
@@ -208,7 +208,9 @@ class _FileScan:
         finding = make_finding(rule_id, symbol=symbol, location=location, snippet=self.source.snippet(location.line), **kwargs)
         if family and family != finding.family:
             finding = replace(finding, family=family)
-        self.findings.append(finding)
+        if self.source.admit(finding):
+            self.findings.append(finding)
+            self.spans.append((start, end))
         return finding
 
     def _device_context(self, node) -> bool:
@@ -258,9 +260,17 @@ class _FileScan:
                 continue
             for match in _WORD.finditer(self.data, start, end):
                 word = match.group().decode("ascii")
-                if word in _ARCH_GUARDS and not _masked(mask, match.start()):
+                if _masked(mask, match.start()):
+                    continue
+                if word in _ARCH_GUARDS:
                     finding = self.add("AP5009", match.span(), word)
                     merged.setdefault(_finding_key(finding), finding)
+                elif (entry := self.cat.lookup(word)) is not None and entry.family.key in _WRAPPED_FAMILIES:
+                    # `#if CUDNN_FRONTEND_MAJOR_VERSION > 1`: a library version test
+                    count = len(self.findings)
+                    self._api(entry, match.span(), word, call=False)
+                    for finding in self.findings[count:]:
+                        merged.setdefault(_finding_key(finding), finding)
         return sorted(merged.values(), key=Finding.sort_key)
 
     def _scan(self, root, captures) -> list[Finding]:
@@ -275,8 +285,14 @@ class _FileScan:
         self._fp64(captures.get("primitive", []))
         self._warp_size_constants(captures)
         self._launch_bounds(captures.get("launch_bounds", []))
+        self._warp_loops(captures.get("for_loop", []))
         self._registrations(captures.get("call", []))
         self._finish_type_counts()
+        # Wrappers of wrappers (`#define cublasCheck(s) cublasCheck_(s, __FILE__, __LINE__)`): a few rounds.
+        for _ in range(3):
+            if not self._wrappers(captures):
+                break
+            self._wrapper_uses(root, captures)
         return sorted(self.findings, key=Finding.sort_key)
 
     def _error_share(self, errors, *, kept_only: bool = False) -> float:
@@ -408,7 +424,7 @@ class _FileScan:
     def _macro_bodies(self, bodies, wanted: set[str]) -> None:
         # preproc_arg nodes hold #define bodies verbatim (comments already split off).
         for body in bodies:
-            text = body.text
+            text = _without_comments(body.text)
             for match in _WORD.finditer(text):
                 word = match.group().decode("ascii")
                 if word not in wanted or _inside_quotes(text, match.start()):
@@ -433,6 +449,10 @@ class _FileScan:
         if outer is not node:
             qualified = _qualified_name(outer)
             entry = self.cat.lookup(qualified)
+            if entry is None and word not in _CUDA_DEVICE_CHECKS and qualified.split("::", 1)[0] in _TORCH_NAMESPACES:
+                # `at::CUDAGeneratorImpl`, `at::PhiloxCudaState`: ATen CUDA names outside at::cuda.
+                entry = self.cat.lookup(word) if word == qualified.rsplit("::", 1)[-1] else None
+                entry = entry if entry is not None and entry.family.key == "aten" else None
             if entry is None:
                 if word in _CUDA_DEVICE_CHECKS or qualified.endswith("DeviceType::CUDA"):
                     self.reported_spans.add(key)
@@ -507,7 +527,7 @@ class _FileScan:
         elif family == "cooperative_groups":
             rule = "AP5012"
         else:
-            rule = _LIBRARY_RULES.get(family)
+            rule = rule_for_family(entry.family)  # from the knowledge files: a site family needs no code
             if rule is None:
                 return
         is_type = (not call) and (entry.kind == "type" or not entry.in_table)
@@ -537,7 +557,7 @@ class _FileScan:
     def _finish_type_counts(self) -> None:
         for symbol, index in self.first_type_finding.items():
             uses = self.type_uses[symbol]
-            if uses > 1:
+            if uses > 1 and index < len(self.findings):  # beyond the file's finding limit it was not kept
                 finding = self.findings[index]
                 self.findings[index] = replace(finding, message=f"{finding.message} ({uses} uses in this file)")
 
@@ -598,6 +618,32 @@ class _FileScan:
             if _WARP_SIZE_NAME.fullmatch(name.text.decode("ascii", errors="replace")) and _squash(value.text).rstrip("uU") == "32":
                 self.add("AP9108", name, name.text.decode("ascii"), backends=_warp_backends())
 
+    def _warp_loops(self, loops) -> None:
+        """Shuffle reductions whose loop walks the offsets of a 32-lane warp (16, 8, 4, 2, 1 or 1 .. 16).
+
+        Flagged only when the loop variable is the offset of a warp shuffle in the body: a
+        halving loop over shared memory, or one that starts from warpSize / 2, is not.
+        """
+        for node in loops:
+            if self.device_function_at(node.start_byte) is None:
+                continue
+            parts = {name: node.child_by_field_name(name) for name in ("initializer", "condition", "update", "body")}
+            if any(part is None for part in parts.values()):
+                continue
+            start = _LOOP_START.fullmatch(_squash(parts["initializer"].text).rstrip(";"))
+            if start is None:
+                continue
+            var, value = start.group("var"), start.group("value").lower().rstrip("u")
+            update = _squash(parts["update"].text).replace(" ", "")
+            condition = _squash(parts["condition"].text).replace(" ", "")
+            halving = value in {"16", "0x10"} and update in _halvings(var)
+            doubling = value == "1" and update in _doublings(var) and condition in {f"{var}<32", f"{var}<=16", f"{var}<0x20"}
+            if not (halving or doubling) or not _shuffles_with(parts["body"].text, var):
+                continue
+            walk = "16, 8, 4, 2, 1" if halving else "1, 2, 4, 8, 16"
+            self.add("AP9109", parts["initializer"], f"{var} = {value}",
+                     message=f"warp reduction loop over offsets {walk}: assumes 32-lane warps", backends=_warp_backends())
+
     def _launch_bounds(self, bounds) -> None:
         for node in bounds:
             numbers = [c for c in node.named_children if c.type == "number_literal"]
@@ -606,6 +652,82 @@ class _FileScan:
                 name = function.name if function else "__launch_bounds__"
                 self.add("AP9103", node, name, message=f"__launch_bounds__(32) on {name}: one 32-lane warp per block", backends=_warp_backends())
 
+    # ------------------------------------------------------------------ wrappers
+
+    def _wrappers(self, captures) -> bool:
+        """Functions and macros defined here whose body calls a CUDA library (or a wrapper): the project's own
+        wrappers. Did this round find new ones?"""
+        before = len(self.wrappers)
+        definitions = []  # (start, end, name, name node)
+        for node in captures.get("function", []):
+            name_node = _declarator_node(node.child_by_field_name("declarator"))
+            if name_node is not None:
+                definitions.append((node.start_byte, node.end_byte, name_node))
+        for name_node in captures.get("function_macro_name", []):
+            define = name_node.parent
+            definitions.append((define.start_byte, define.end_byte, name_node))
+        for name_node in captures.get("define_name", []):
+            define = name_node.parent
+            definitions.append((define.start_byte, define.end_byte, name_node))
+        if not definitions:
+            return False
+        definitions.sort(key=lambda d: (d[0], -d[1]))
+        lows = [d[0] for d in definitions]
+        seen, self._wrapper_seen = self._wrapper_seen, len(self.findings)  # each round looks at new findings only
+        for finding, (start, _end) in zip(self.findings[seen:], self.spans[seen:], strict=True):
+            if finding.family not in _WRAPPED_FAMILIES:
+                continue
+            # The innermost definition holding the call (a method inside a class): the last one
+            # starting before it that still holds it.
+            holder = None
+            for index in range(bisect_right(lows, start) - 1, -1, -1):
+                if start < definitions[index][1]:
+                    holder = definitions[index][2]
+                    break
+            if holder is None or self.device_function_at(start) is not None:
+                continue  # kernels and device functions are launched or inlined, not wrappers of a host library
+            name = holder.text.decode("utf-8", errors="replace").rsplit("::", 1)[-1]
+            if name in self.wrappers or name == "main" or not _IDENTIFIER.fullmatch(name):
+                continue
+            inner = self.wrappers.get(finding.symbol) if finding.rule_id == WRAPPER_RULE else None
+            symbol = inner.symbol if inner is not None else finding.symbol
+            self.wrappers[name] = Wrapper(name, self.source.display, holder.start_point.row + 1, finding.family, symbol, holder.start_byte)
+        return len(self.wrappers) > before
+
+    def _wrapper_uses(self, root, captures) -> None:
+        """Every use in this file of a wrapper defined here (other files: `link_wrappers`)."""
+        reported = {start for start, _end in self.spans}
+        visible = {name: w for name, w in self.wrappers.items() if w.offset not in reported}  # this round's
+        if not visible:
+            return
+        # A line that already names a CUDA API (`cudaCheck(cudaMalloc(...))`) is in the report: the wrapper adds no work.
+        busy = {f.location.line for f in self.findings if f.rule_id != WRAPPER_RULE}
+        for start, word in _occurrences(self.data, set(visible)):
+            if start in reported or (start != visible[word].offset and self.pos.at(start)[0] in busy):
+                continue
+            node = root.descendant_for_byte_range(start, start + len(word))
+            if node is None or node.start_byte != start or node.type not in _IDENT_TYPES:
+                continue  # a comment, a string, a macro body (looked at below) or a longer token
+            if node.parent is not None and node.parent.type == "field_expression":
+                continue  # `obj.name(...)`: another object's member of the same name
+            self._wrapper_use(visible[word], (start, start + len(word)))
+        for body in captures.get("macro_body", []):
+            text = _without_comments(body.text)
+            for match in _WORD.finditer(text):
+                wrapper = visible.get(match.group().decode("ascii"))
+                if wrapper is not None and not _inside_quotes(text, match.start()):
+                    self._wrapper_use(wrapper, (body.start_byte + match.start(), body.start_byte + match.end()))
+
+    def _wrapper_use(self, wrapper: Wrapper, span: tuple[int, int]) -> None:
+        entry = self.cat.lookup(wrapper.symbol)
+        what = f"{entry.family.title if entry is not None else wrapper.family} ({wrapper.symbol})"
+        if span[0] == wrapper.offset:
+            message = f"`{wrapper.name}` wraps {what}{_DEFINED}"
+        else:
+            message = f"`{wrapper.name}` wraps {what}, defined at {wrapper.path}:{wrapper.line}"
+        backends = _entry_backends(entry) if entry is not None else None
+        self.add(WRAPPER_RULE, span, wrapper.name, message=message, backends=backends, family=wrapper.family)
+
     def _registration(self, node, word: str) -> None:
         # TORCH_LIBRARY_IMPL(ns, CUDA, m) parses as a function declarator with "parameters".
         declarator = node.parent
@@ -613,7 +735,7 @@ class _FileScan:
         args = [_squash(p.text) for p in params.named_children] if params is not None else []
         symbol = f"{word}({', '.join(args)})" if args else word
         self.add("AP5020", node, symbol, message=f"operator registration {symbol}")
-        if word == "TORCH_LIBRARY_IMPL" and len(args) >= 2 and args[1] == "CUDA":
+        if word in ("TORCH_LIBRARY_IMPL", "STABLE_TORCH_LIBRARY_IMPL") and len(args) >= 2 and args[1] == "CUDA":
             self.add("AP1902", params.named_children[1], "CUDA dispatch key", message="operators registered for the CUDA dispatch key only")
 
     def _registrations(self, calls) -> None:
@@ -637,6 +759,120 @@ class _FileScan:
             if equivalent is not None:
                 message += f"; portable equivalent: {equivalent.replacement}"
             self.add("AP5020", first, op, message=message, replacement=equivalent.replacement if equivalent else None)
+
+
+# --------------------------------------------------------------------------- wrappers
+
+WRAPPER_RULE = "AP4190"
+# What a wrapper forwards to: CUDA's C libraries and runtime/driver APIs (not ATen, device intrinsics or templates).
+_WRAPPED_FAMILIES = frozenset(
+    {"runtime", "driver", "cublas", "cudnn", "cufft", "curand", "cusolver", "cusparse", "nccl", "nvtx", "rtc", "cupti", "cutensor"}
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DEFINED = ": port it once and its callers follow"
+# Wrapper names followed into other files: not one short lower-case word (`step`, `forward`, `gemm`).
+_DISTINCT_NAME = re.compile(r"(?=\w{6,}$)\w*[A-Z0-9_]\w*")
+_LEXICAL_NOISE = re.compile(rb'//[^\n]*|/\*.*?(?:\*/|\Z)|"(?:\\.|[^"\\\n])*"|^[ \t]*#[ \t]*include[^\n]*', re.DOTALL | re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Wrapper:
+    """A project function or macro that calls a CUDA library: its callers depend on CUDA one level down."""
+
+    name: str
+    path: str  # as reports show it
+    line: int
+    family: str
+    symbol: str  # the first CUDA API it calls
+    offset: int  # byte offset of its name in its file
+
+
+def _without_comments(text: bytes) -> bytes:
+    """A macro body with its `//` and `/* */` comments blanked (same length): tree-sitter leaves them in."""
+    if b"/" not in text:
+        return text
+    out = bytearray(text)
+    for match in re.finditer(rb"//[^\n]*|/\*.*?(?:\*/|$)", text, re.DOTALL):
+        if not _inside_quotes(text, match.start()):
+            out[match.start() : match.end()] = b" " * (match.end() - match.start())
+    return bytes(out)
+
+
+def _declarator_node(declarator):
+    """The name node of a function definition's declarator (qualified names included)."""
+    node = declarator
+    while node is not None and node.type not in ("identifier", "field_identifier", "qualified_identifier", "operator_name", "destructor_name"):
+        inner = node.child_by_field_name("declarator")
+        if inner is None:
+            return None
+        node = inner
+    if node is not None and node.type == "qualified_identifier":
+        name = node.child_by_field_name("name")
+        return name if name is not None and name.type == "identifier" else None
+    return node if node is not None and node.type in ("identifier", "field_identifier") else None
+
+
+def link_wrappers(findings: list[Finding], files: list[tuple[str, str]]) -> list[Finding]:
+    """Uses of each wrapper in the other C/C++/CUDA files of the tree, by name (`files`: (path on disk, display)).
+
+    A wrapper is defined in one file and called from many (`cublasCheck` in a header,
+    `attention_forward_cudnn` in a .cpp called from a .cu that includes only its
+    declaration). Names that a project could well use for something else (short,
+    one lower-case word such as `step`) are not followed across files. The other
+    files are read again and looked at lexically: comments, string literals and
+    `#include` lines are blanked, member calls (`x.name(`, `p->name(`) skipped.
+    """
+    wrappers: dict[str, Finding] = {}
+    defined_in: dict[bytes, set[str]] = {}  # a name each file defines for itself (a per-file CUDA_CHECK) is its own
+    for finding in findings:
+        if finding.rule_id == WRAPPER_RULE and finding.message.endswith(_DEFINED) and _DISTINCT_NAME.fullmatch(finding.symbol):
+            wrappers.setdefault(finding.symbol, finding)
+            defined_in.setdefault(finding.symbol.encode("ascii"), set()).add(finding.location.path)
+    if not wrappers:
+        return findings
+    # Lines already in the report (a direct CUDA API, or this wrapper found by the file's own scan) get nothing more.
+    have = {(f.location.path, f.location.line) for f in findings}
+    by_bytes = {name.encode("ascii"): definition for name, definition in wrappers.items()}
+    names_set = frozenset(by_bytes)
+    added = []
+    for path, display in files:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            continue  # reported (or not) by the scan itself
+        # The file's own wrappers were followed by its scan: only names defined elsewhere are looked for.
+        wanted = {w for w in set(_WORD.findall(data)) & names_set if display not in defined_in[w]}
+        if not wanted:
+            continue
+        code = _LEXICAL_NOISE.sub(lambda m: re.sub(rb"[^\n]", b" ", m.group()), data)
+        names = re.compile(rb"(?<![\w.>])(?:" + b"|".join(re.escape(w) for w in sorted(wanted, key=len, reverse=True)) + rb")(?!\w)")
+        starts = None
+        lines = None
+        for match in names.finditer(code):
+            definition = by_bytes[match.group()]
+            if starts is None:
+                starts = [0, *(m.end() for m in re.finditer(rb"\n", code))]
+            line = bisect_right(starts, match.start())
+            if (display, line) in have:
+                continue
+            have.add((display, line))
+            if lines is None:
+                lines = data.decode("utf-8", errors="replace").splitlines()
+            name = definition.symbol
+            column = match.start() - starts[line - 1] + 1
+            where = f"{definition.location.path}:{definition.location.line}"
+            text = lines[line - 1].strip() if line <= len(lines) else ""
+            added.append(
+                replace(
+                    definition,
+                    location=Location(display, line, column, line, column + len(name)),
+                    snippet=text if len(text) <= 200 else text[:199] + "…",
+                    message=definition.message[: -len(_DEFINED)] + f", defined at {where}",
+                    acknowledged=False,
+                )
+            )
+    return sorted_findings([*findings, *added]) if added else findings
 
 
 # --------------------------------------------------------------------------- across files
@@ -860,6 +1096,30 @@ def _is_word_byte(byte: int) -> bool:
     return byte == 95 or 48 <= byte <= 57 or 65 <= byte <= 90 or 97 <= byte <= 122
 
 
+_LOOP_START = re.compile(r"(?:(?:unsigned\s+|const\s+)?(?:int|unsigned|uint32_t|int32_t|size_t|auto)\s+)?(?P<var>[A-Za-z_]\w*)\s*=\s*(?P<value>0[xX]10|16|1)[uU]?")
+
+
+def _halvings(var: str) -> set[str]:
+    return {f"{var}/=2", f"{var}>>=1", f"{var}={var}/2", f"{var}={var}>>1"}
+
+
+def _doublings(var: str) -> set[str]:
+    return {f"{var}*=2", f"{var}<<=1", f"{var}={var}*2", f"{var}={var}<<1"}
+
+
+def _shuffles_with(body: bytes, var: str) -> bool:
+    """Whether `body` calls a __shfl* intrinsic with `var` among its arguments."""
+    text = body.decode("utf-8", errors="replace")
+    for match in re.finditer(r"__shfl\w*\s*\(", text):
+        depth, index = 1, match.end()
+        while index < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[index], 0)
+            index += 1
+        if re.search(rf"\b{re.escape(var)}\b", text[match.end():index]):
+            return True
+    return False
+
+
 def _squash(text: bytes) -> str:
     return " ".join(text.decode("utf-8", errors="replace").split())
 
@@ -870,7 +1130,7 @@ def _inside_quotes(text: bytes, offset: int) -> bool:
 
 def _qualified_name(node) -> str:
     text = "".join(node.text.decode("utf-8", errors="replace").split())
-    return text.split("<", 1)[0]
+    return text.split("<", 1)[0].lstrip(":")  # `::c10::cuda::X` names c10::cuda::X
 
 
 def _declarator_name(declarator) -> str:

@@ -38,7 +38,7 @@ static PyObject *s_busy, *s_live, *s_in_optimizer, *s_forward_stack, *s_phases, 
     *s_calls, *s_call_sites, *s_records, *s_waiting, *s_flush_every, *s_opened, *s_frame_cache,
     *s_lines, *s_lines_cwd, *s_version, *s_is_cpu, *s_dtype, *s_layout, *s_shape, *s_numel,
     *s_is_contiguous, *s_data_ptr, *s_sequence_nr, *s_stats, *s_src, *s_data, *s_desc,
-    *s_uninitialised, *m_open, *m_entry, *m_backward_module, *m_wanted, *m_pass_view,
+    *s_uninitialised, *m_api_call, *m_open, *m_entry, *m_backward_module, *m_wanted, *m_pass_view,
     *m_flush, *m_prune, *m_library_code, *m_line_text, *m_desc_of, *m_compute_out;
 static PyObject *k_k, *k_seq, *k_step, *k_phase, *k_op, *k_module, *k_call, *k_line, *k_args,
     *k_in, *k_out, *k_node, *k_t, *k_a, *k_kw, *k_float,
@@ -831,8 +831,17 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
             phase = grad == Py_True ? v_forward : v_other;
             Py_DECREF(grad);
         }
-        module = depth ? PyList_GET_ITEM(stack, depth - 1) : v_empty;
-        Py_INCREF(module);
+        if (depth) {
+            module = PyList_GET_ITEM(stack, depth - 1);
+            Py_INCREF(module);
+        } else if (phase != v_forward) {
+            /* Outside every module: the torch call the user made (clip_grad_norm_, SGD.step). */
+            module = call0(cap, m_api_call);
+            if (module == NULL) { Py_DECREF(stack); return NULL; }
+        } else {
+            module = v_empty;
+            Py_INCREF(module);
+        }
         Py_DECREF(stack);
     }
     PyObject *result = NULL;
@@ -992,7 +1001,7 @@ PyMODINIT_FUNC PyInit__recorder(void) {
     INTERN(s_is_contiguous, "is_contiguous"); INTERN(s_data_ptr, "data_ptr");
     INTERN(s_sequence_nr, "_sequence_nr"); INTERN(s_stats, "stats"); INTERN(s_src, "src");
     INTERN(s_data, "data"); INTERN(s_desc, "desc"); INTERN(s_uninitialised, "uninitialised");
-    INTERN(m_open, "_open"); INTERN(m_entry, "_entry"); INTERN(m_backward_module, "_backward_module");
+    INTERN(m_api_call, "_api_call"); INTERN(m_open, "_open"); INTERN(m_entry, "_entry"); INTERN(m_backward_module, "_backward_module");
     INTERN(m_wanted, "_wanted"); INTERN(m_pass_view, "_pass_view"); INTERN(m_flush, "_flush");
     INTERN(m_prune, "_prune"); INTERN(m_library_code, "_library_code"); INTERN(m_line_text, "_line_text");
     INTERN(m_desc_of, "_desc_of"); INTERN(m_compute_out, "_compute");

@@ -73,6 +73,8 @@ _CACHE_PRUNE = 4096  # cache entries before dead tensors' entries are dropped
 _MARKS_KEPT = 1 << 20  # module marks kept when no step ever ends (see Capture._mark)
 # Captures started in this process: a child forked from it (a DataLoader worker) records nothing.
 _CAPTURES: weakref.WeakSet = weakref.WeakSet()
+# Captures recording now, innermost last: the one a random op's callable reports to.
+_RECORDING: list[Any] = []
 
 
 def _after_fork_in_child() -> None:
@@ -88,10 +90,11 @@ _SPLIT = 8 * _HOST_CHUNK  # tensors this large are swept by two threads
 _DTYPE_NAMES: dict[Any, str] = {}  # torch.float32 -> "float32"
 _SWEEP_START = (math.inf, -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # min, max, sums, counts
 _SWEEP_ARRAY = _C_DOUBLE * 9
+STATS_KERNEL_VAR = "ACCELPORT_DUMP_STATS_KERNEL"
 _SWEEP_START_BYTES = bytes(_SWEEP_ARRAY(*_SWEEP_START))  # copied into a new array per tensor: fast
 
 
-def _parse_steps(steps: str | tuple[int, int] | range | None) -> tuple[int, int | None]:
+def parse_steps(steps: str | tuple[int, int] | range | None) -> tuple[int, int | None]:
     if steps is None:
         return 0, None
     if isinstance(steps, range):
@@ -116,7 +119,12 @@ class _Stats:
 
         self.torch = torch
         self.host = host  # CPU tensors: read the numbers right away (no device to synchronise)
-        self.pending: list[tuple[Any, int]] = []  # (device vector of sums, element count), waiting for one copy
+        # (device vector of sums, element count), or (fused batch, element count, slot): waiting for one copy
+        self.pending: list[tuple] = []
+        # The fused Triton kernel (stats_kernel.py) per device: "auto" on a GPU Triton compiles for,
+        # "torch" never, "triton" wherever it can run (the CPU under TRITON_INTERPRET=1: tests).
+        self.kernel_mode = os.environ.get(STATS_KERNEL_VAR, "auto")
+        self._batches: dict[Any, Any] = {}
         self._buffers: dict[tuple, Any] = {}  # scratch arrays, per thread
         self._pool: Any = None  # second thread for large tensors
         # The compiled one-pass kernel (native.py); None: numpy sweeps, same numbers, slower.
@@ -156,6 +164,14 @@ class _Stats:
         if n == 0:
             return [math.nan, math.nan, math.nan, 0.0, math.nan, 0.0, 0.0, 0.0]
         host = self.host and x.is_cpu
+        if not host:
+            batch = self._batch(x.device)
+            if batch is not None:
+                with torch._C._DisableTorchDispatch():
+                    flat = x.reshape(-1)
+                    if batch.accepts(flat):
+                        self.pending.append((batch, n, batch.add(flat)))
+                        return len(self.pending) - 1
         if x.dtype == torch.bool:
             if host:
                 ones = int(torch.count_nonzero(x))
@@ -400,14 +416,35 @@ class _Stats:
         self.pending.append((vector, n))
         return len(self.pending) - 1
 
+    def _batch(self, device: Any) -> Any:
+        """The fused kernel's batch for this device, or None where the torch ops measure it."""
+        if self.kernel_mode == "torch":
+            return None
+        batch = self._batches.get(device, False)
+        if batch is False:
+            from accelport.verify import stats_kernel
+
+            usable = stats_kernel.available(device) if device.type != "cpu" or self.kernel_mode == "triton" else False
+            batch = self._batches[device] = stats_kernel.Batch(self.torch, device) if usable else None
+        return batch
+
     def resolve(self) -> list[list[float]]:
         """Copy every pending device vector to the host (one transfer per device) and finish the statistics."""
         by_device: dict[Any, list[int]] = {}
-        for index, (vector, _n) in enumerate(self.pending):
-            by_device.setdefault(vector.device, []).append(index)
+        fused: dict[int, tuple[Any, list[int]]] = {}
+        for index, item in enumerate(self.pending):
+            if len(item) == 3:
+                fused.setdefault(id(item[0]), (item[0], []))[1].append(index)
+            else:
+                by_device.setdefault(item[0].device, []).append(index)
         rows: list[list[float]] = [[] for _ in self.pending]
         torch = self.torch
         with torch._C._DisableTorchDispatch():
+            for batch, indices in fused.values():
+                finished = batch.finish()  # stage 2 for the whole batch, one copy
+                for i in indices:
+                    _batch, n, slot = self.pending[i]
+                    rows[i] = _finish_device(finished[slot], n)
             for indices in by_device.values():
                 stacked = torch.stack([self.pending[i][0] for i in indices]).to("cpu").tolist()
                 for i, row in zip(indices, stacked, strict=True):
@@ -486,7 +523,7 @@ class Capture:
     ) -> None:
         self.folder = Path(run_dir)
         self.tensors = tensors
-        self.first_step, self.last_step = _parse_steps(steps)
+        self.first_step, self.last_step = parse_steps(steps)
         self.module_filters = tuple(modules)
         self.op_filters = tuple(ops)
         self.tensor_module_filters = tuple(tensor_modules)
@@ -564,6 +601,10 @@ class Capture:
         self._amp_recorded = -1
         self._busy = False  # True while accelport itself runs torch ops (statistics, RNG state)
         self.records_written = 0
+        # seq -> what a random op drew: its generator's state before (CRC-32) and its outputs' bits,
+        # joined to the op's record at the flush (records are built in C or Python alike).
+        self._random: dict[int, dict[str, Any]] = {}
+        self._api_calls: dict[Any, str | None] = {}  # code object -> "torch.x.y.fn" (see _api_call)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -612,6 +653,7 @@ class Capture:
                     return compiled_on_op(capture, func, args, kwargs or {})
 
         _CAPTURES.add(self)
+        _RECORDING.append(self)
         self._set_live()
         self._mode = _Mode()
         self._mode.__enter__()
@@ -641,6 +683,8 @@ class Capture:
             return
         self._closed = True
         self._live = False
+        if self in _RECORDING:
+            _RECORDING.remove(self)
         # A mode taken off for an optimizer step that raised is simply not put back.
         self._optimizer_frames = []
         self._in_optimizer = 0
@@ -792,6 +836,11 @@ class Capture:
         for desc in self._unresolved:
             desc["stats"] = _json_stats(resolved[desc["stats"]])
         self._unresolved = []
+        if self._random:
+            for record in self._records:
+                drawn = self._random.pop(record.get("seq"), None) if record.get("k") == "op" else None
+                if drawn is not None:
+                    record["random"] = drawn
         self._manifest.write_many(self._records)
         self.records_written += len(self._records)
         self._records = []
@@ -854,6 +903,52 @@ class Capture:
                 return line
             frame = frame.f_back
         return None
+
+    def _run_random(self, call: Any, args: tuple, kwargs: dict) -> Any:
+        """Run a random op (inside its record: `_seq` already counts it), noting what it drew.
+
+        Its outputs are compared bit for bit, not by statistics: two dropout masks with the
+        same rate have almost the same mean and norm, and the runs would seem to part only
+        at the op after it. The generator's state before the op tells a different random
+        stream (another seed, another device's generator) from a random op that computes
+        differently from the same state.
+        """
+        seq = self._seq - 1
+        state = _generator_crc(self._torch, args, kwargs)
+        result = call(*args, **kwargs)
+        crcs = []
+        for t in _tensors_out(result):
+            dtype = _dtype_name(t.dtype)
+            crcs.append(zlib.crc32(_host_bytes(t)) if dtype in dumpfile.DTYPES and t.layout == self._torch.strided else None)
+        self._random[seq] = {"rng_crc32": state, "out_crc32": crcs}
+        return result
+
+    def _api_call(self) -> str:
+        """For an op outside every module (gradient clipping, an optimizer's step, zero_grad): the
+        torch function the user called, as `torch.nn.utils.clip_grad.clip_grad_norm_` or
+        `torch.optim.sgd.SGD.step`; "" when the user's own code issued the op.
+
+        The outermost public torch function between the op and the user's frame: inner helpers
+        (`_clip_grads_with_norm_`, `_single_tensor_sgd`) and wrappers (`<locals>`) are skipped.
+        """
+        frame = sys._getframe(1)
+        found = ""
+        cache = self._api_calls
+        torch_root = self._library_roots[0]
+        while frame is not None:
+            code = frame.f_code
+            library = self._frame_cache.get(code)
+            if library is None:
+                library = self._library_code(code)
+            if not library:
+                return found
+            name = cache.get(code, False)
+            if name is False:
+                name = cache[code] = _public_torch_name(code, torch_root)
+            if name:
+                found = name
+            frame = frame.f_back
+        return found
 
     def _library_code(self, code: Any) -> bool:
         """Is this code torch's, accelport's or the standard library's (not the user's)? Cached per code object."""
@@ -989,7 +1084,12 @@ class Capture:
                 phase = "forward"
             else:
                 phase = "other"
-            module = self._forward_stack[-1] if self._forward_stack else ""
+            if self._forward_stack:
+                module = self._forward_stack[-1]
+            elif phase == "forward":
+                module = ""
+            else:
+                module = self._api_call()  # clip_grad_norm_, SGD.step: the call stands for the module
         if phase not in self.phases:
             return func(*args, **kwargs)
         key = id(func)
@@ -1433,8 +1533,42 @@ def _op_info(func: Any) -> tuple[str, bool, bool, bool, bool, bool, Any] | None:
     if op.startswith(_NOT_NUMERIC):
         return None
     call = getattr(func, "_op", None) if type(func).__name__ == "OpOverload" else None
+    if _is_random(func, op):
+        call = _RandomOp(call or func)
     return (op, op.startswith(_UNINITIALISED_PREFIXES), op in _ALIAS_OPS, op in _SAME_ORDER_OPS,
             op == "aten.expand.default", op in _VIEW_OPS, call or func)  # fmt: skip
+
+
+# Random ops by name, where an op carries no tags (ATen marks them `nondeterministic_seeded`).
+_RANDOM_NAMES = ("aten.bernoulli", "aten.native_dropout", "aten.dropout", "aten.randperm", "aten.rand",
+                 "aten.normal", "aten.uniform", "aten.multinomial", "aten.exponential", "aten.geometric",
+                 "aten.cauchy", "aten.log_normal", "aten.random_", "aten.poisson")  # fmt: skip
+
+
+def _is_random(func: Any, op: str) -> bool:
+    """Does the op draw from a random number generator (dropout, bernoulli, randperm, rand*, normal_ ...)?"""
+    tags = getattr(func, "tags", None)
+    if tags:
+        import torch
+
+        return torch.Tag.nondeterministic_seeded in tags
+    return op.startswith(_RANDOM_NAMES)
+
+
+class _RandomOp:
+    """The callable of a random op: runs it under the capture recording it, which notes the
+    generator's state before and the bits it drew (see Capture._run_random)."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: Any) -> None:
+        self.call = call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        capture = _RECORDING[-1] if _RECORDING else None
+        if capture is None:
+            return self.call(*args, **kwargs)
+        return capture._run_random(self.call, args, kwargs)
 
 
 def _json_stats(stats: list[float]) -> list[Any]:
@@ -1601,6 +1735,43 @@ def _host_bytes(t: Any) -> memoryview:
 
 def _rng_crc(torch: Any) -> int:
     return zlib.crc32(torch.get_rng_state().numpy().tobytes())
+
+
+def _generator_crc(torch: Any, args: tuple, kwargs: dict) -> int | None:
+    """CRC-32 of the state of the generator a random op draws from (its `generator=`, else its device's default)."""
+    generator = kwargs.get("generator")
+    try:
+        if generator is not None:
+            state = generator.get_state()
+        else:
+            device = kwargs.get("device")
+            if device is None:
+                tensors = _tensors_in(args, {})
+                device = tensors[0].device if tensors else "cpu"
+            device = torch.device(device)
+            if device.type == "cpu":
+                state = torch.default_generator.get_state()
+            else:
+                module = torch.get_device_module(device.type)
+                state = module.get_rng_state(device.index if device.index is not None else module.current_device())
+        return zlib.crc32(state.cpu().numpy().tobytes())
+    except (RuntimeError, AttributeError, TypeError, ValueError):
+        return None  # a backend without a readable generator state: the outputs' bits still tell
+
+
+def _public_torch_name(code: Any, torch_root: str) -> str | None:
+    """`torch.nn.utils.clip_grad.clip_grad_norm_` for a public function or method of torch; None for
+    anything else (a private helper, a local wrapper, code outside torch)."""
+    path = os.path.abspath(code.co_filename)
+    if not path.startswith(torch_root):
+        return None
+    qualname = getattr(code, "co_qualname", code.co_name)
+    if "<" in qualname or any(part.startswith("_") for part in qualname.split(".")):
+        return None
+    module = path[len(torch_root) :].removesuffix(".py").replace(os.sep, ".").removesuffix(".__init__")
+    if any(part.startswith("_") for part in module.split(".")):
+        return None  # torch._tensor, torch.utils._contextlib: machinery, not what the user called
+    return f"torch.{module}.{qualname}"
 
 
 def run_callable(run_dir: str | os.PathLike[str], fn: Callable[[], Any], **options: Any) -> Any:

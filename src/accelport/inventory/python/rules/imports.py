@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import os
+import re
 
 from accelport.inventory.python.context import (
     PyContext,
@@ -13,7 +15,7 @@ from accelport.inventory.python.context import (
 from accelport.inventory.python.rules import on
 
 
-def report_package(ctx: PyContext, node: ast.AST, module: str, entry: dict, via: str | None = None) -> None:
+def report_package(ctx: PyContext, node: ast.AST, module: str, entry: dict, via: str | None = None, effort: str | None = None) -> None:
     alternatives = entry.get("alternatives", {})
     hints = [f"{vendor}: {what}" for vendor, what in alternatives.items()]
     if entry.get("portable"):
@@ -28,7 +30,7 @@ def report_package(ctx: PyContext, node: ast.AST, module: str, entry: dict, via:
         message=message,
         replacement="; ".join(hints) or None,
         backends=package_statuses(entry),
-        effort=entry.get("effort"),
+        effort=effort or entry.get("effort"),
     )
 
 
@@ -41,6 +43,25 @@ def _report_imported(ctx: PyContext, alias: ast.alias, qualname: str) -> None:
     package = lookup_package(qualname)
     if package is not None:
         report_package(ctx, alias, package[0], package[1])
+
+
+# A top-level module named after CUDA (`fused_layer_norm_cuda`, `cudnn_gbn_lib`, `_apex_nccl_allocator`).
+_EXTENSION_NAME = re.compile(r"(?:^|_)(?:cuda|cudnn|cublas|cublaslt|nccl|nvtx)(?:_|\d|$)")
+
+
+def _extension_import(ctx: PyContext, alias: ast.alias | ast.ImportFrom, module: str) -> None:
+    """Report `import X` of the project's compiled CUDA extension: no X.py or X/ next to the file or above it."""
+    if "." in module or module == "cuda" or not _EXTENSION_NAME.search(module) or lookup_package(module) is not None:
+        return
+    folder = os.path.dirname(os.path.abspath(ctx.source.display))
+    for _ in range(8):
+        if os.path.exists(os.path.join(folder, module + ".py")) or os.path.isdir(os.path.join(folder, module)):
+            return  # the project's own Python module
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    ctx.report("AP8002", alias, module, message=f"{module}: a compiled CUDA extension (no {module}.py in the tree; built by setup.py?)")
 
 
 @on(ast.Import)
@@ -56,12 +77,15 @@ def import_modules(ctx: PyContext, node: ast.Import) -> None:
             package = lookup_package(alias.name)
             if package is not None:
                 report_package(ctx, alias, package[0], package[1])
+        _extension_import(ctx, alias, alias.name)
 
 
 @on(ast.ImportFrom)
 def import_names(ctx: PyContext, node: ast.ImportFrom) -> None:
     if node.level or not node.module:
         return  # relative imports name the project's own modules
+    if node.names and "." not in node.module:
+        _extension_import(ctx, node, node.module)
     for alias in node.names:
         if alias.name == "*":
             continue

@@ -48,9 +48,15 @@ def string_literal(ctx: PyContext, node: ast.Constant) -> None:
         return  # a piece of an f-string; the f-string is judged as a whole
     if ENV_RE.fullmatch(value):
         ctx.report(env_rule(value), node, value, message=f"{value} is {_access(ctx, node)}: {_ENV_WHY[env_rule(value)]}")
-    elif DEVICE_RE.fullmatch(value) or value == "nccl":
+    elif DEVICE_RE.fullmatch(value) or value == "nccl" or _DEVICE_TEMPLATE.fullmatch(value):
         ctx.strings.append(node)
+    elif value == "CUDA":
+        # `torch.library.impl(lib, "op", "CUDA")`, `_dispatch_has_kernel_for_dispatch_key(op, "CUDA")`
+        ctx.report("AP1007", node, value, message='"CUDA" names the CUDA dispatch key or device type; other accelerators register under their own')
 
+
+# "cuda:{}".format(i), "cuda:%d" % i: a device string built at run time, wherever it goes.
+_DEVICE_TEMPLATE = re.compile(r"cuda:(?:\{\w*\}|%[ds])")
 
 _ENV_WHY = {
     "AP1601": "each vendor restricts visible devices with its own variable",
@@ -73,6 +79,8 @@ def leftover_strings(ctx: PyContext) -> None:
             continue
         if isinstance(node, ast.JoinedStr):
             ctx.report("AP1007", node, "cuda:{...}")
+        elif _DEVICE_TEMPLATE.fullmatch(node.value):
+            ctx.report("AP1002", node, "cuda:{...}", replacement="torch.device(device.type, index)")
         elif node.value == "nccl":
             ctx.report("AP9001", node, "nccl", message="\"nccl\" names the NVIDIA collective library; other accelerators use their own backend")
         else:

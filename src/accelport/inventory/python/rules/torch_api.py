@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from accelport.inventory.python.context import PyContext, lookup_api, lookup_package
 from accelport.inventory.python.rules import on
@@ -31,6 +32,10 @@ def api_chain(ctx: PyContext, node: ast.Attribute | ast.Name) -> None:
     if isinstance(node, ast.Name) and "." not in ctx.aliases.get(node.id, "."):
         return
     found = lookup_api(qualname)
+    if found is None and isinstance(node, ast.Attribute) and _CHAINED.search(qualname):
+        # A CUDA object used through a further attribute: `torch.version.cuda.split(".")`,
+        # `torch.backends.cudnn.version().split` — report the CUDA part of the chain.
+        node, qualname, found = _cuda_prefix(node, qualname)
     if found is not None:
         _symbol, entry = found
         if isinstance(node, ast.Attribute) or _bound_by_from_import(ctx, node):
@@ -45,6 +50,25 @@ def api_chain(ctx: PyContext, node: ast.Attribute | ast.Name) -> None:
     base = _binding(ctx, node)
     if base is not None and len(module) > len(base) and not base.startswith(module):
         report_package(ctx, node, module, entry, via=qualname)
+    elif base == module and isinstance(node, ast.Attribute) and _CHAINED.search(qualname):
+        # The package's CUDA namespace used directly (`cupy.cuda.Device(0).use()`): each use is
+        # a device call to review; the import carries the package's porting effort.
+        report_package(ctx, node, module, entry, via=qualname, effort="low")
+
+
+# Chains that may hold a catalogued CUDA object before their last attribute.
+_CHAINED = re.compile(r"\.(?:cuda|cudnn|nccl|nvtx)\b")
+
+
+def _cuda_prefix(node: ast.Attribute, qualname: str) -> tuple[ast.AST, str, tuple[str, dict] | None]:
+    """The longest leading part of an attribute chain that the catalogue knows, as (node, name, entry)."""
+    while isinstance(node.value, ast.Attribute):
+        node = node.value
+        qualname = qualname.rsplit(".", 1)[0]
+        found = lookup_api(qualname)
+        if found is not None:
+            return node, qualname, found
+    return node, qualname, None
 
 
 def _root_name(node: ast.AST) -> ast.Name | None:
