@@ -39,3 +39,37 @@ def cli(capsys):
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+@pytest.fixture
+def fifo_watchdog():
+    """`with fifo_watchdog(path) as hung:` — if the body is still running after `seconds`, the FIFO is
+    opened for writing (and closed) until the body ends, so a reader blocked on it gets EOF instead of
+    hanging the test run; `hung` is then set, for the test to fail on."""
+    import contextlib
+    import threading
+    import time
+
+    @contextlib.contextmanager
+    def watch(path, seconds: float = 10.0):
+        done = threading.Event()
+        hung = threading.Event()
+
+        def unblock() -> None:
+            if done.wait(seconds):
+                return
+            hung.set()
+            while not done.is_set():
+                with contextlib.suppress(OSError):  # no reader yet
+                    os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+                time.sleep(0.05)
+
+        thread = threading.Thread(target=unblock, daemon=True)
+        thread.start()
+        try:
+            yield hung
+        finally:
+            done.set()
+            thread.join()
+
+    return watch

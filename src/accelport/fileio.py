@@ -1,8 +1,10 @@
-"""Atomic file writes (a reader sees the old file or the new one, never half of one), and the user cache folder."""
+"""Atomic file writes (a reader sees the old file or the new one, never half of one), bounded reads of the
+files a user names, and the user cache folder."""
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -68,3 +70,77 @@ def user_cache_dir(name: str) -> Path | None:
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "accelport" / name
+
+
+# Inputs such as specs, mapping files, operator lists and saved results are small; a file
+# far beyond this is not one of them (or is a sparse file that would fill the memory).
+MAX_INPUT_BYTES = 64 << 20
+
+
+def open_regular(path: str | os.PathLike[str], what: str, hint: str = "check the path",
+                 missing: str | None = None, shown: object = None) -> int:
+    """A read-only descriptor of `path`, which must be a regular file; UserError in one line otherwise.
+
+    It is opened without waiting for a writer (a FIFO would block an ordinary open forever),
+    then refused unless regular. `missing` replaces the not-found message; `shown` is the
+    name the messages give (default: `path`).
+    """
+    from accelport.errors import UserError
+
+    name = path if shown is None else shown
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UserError(missing or f"{name}: {what} not found; {hint}") from None
+    except OSError as exc:
+        raise UserError(f"{name}: cannot read the {what} ({exc.strerror or exc}); {hint}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "is a directory" if stat.S_ISDIR(mode) else "not a regular file: a FIFO, socket or device"
+        raise UserError(f"{name}: cannot read the {what} ({kind}); {hint}")
+    return fd
+
+
+def read_input(path: str | os.PathLike[str], what: str, limit: int = MAX_INPUT_BYTES, hint: str = "check the path") -> bytes:
+    """The bytes of a file the user named, or UserError in one line naming it and `what` it should be.
+
+    Only a regular file is read: a FIFO would block (it is opened without waiting for a
+    writer, then refused), a folder or device is refused by name. A file over `limit` bytes
+    is refused before anything is read, so a huge or sparse file costs nothing.
+    """
+    from accelport.errors import UserError
+
+    fd = open_regular(path, what, hint)
+    try:
+        info = os.fstat(fd)
+        if info.st_size > limit:
+            raise UserError(
+                f"{path}: {info.st_size} bytes, over the {limit >> 20} MiB limit for the {what}; {hint}"
+            )
+        chunks = []
+        total = 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # it grew while being read
+                raise UserError(f"{path}: over the {limit >> 20} MiB limit for the {what}; {hint}")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the {what} ({exc.strerror or exc}); {hint}") from None
+    finally:
+        os.close(fd)
+
+
+def read_input_text(path: str | os.PathLike[str], what: str, limit: int = MAX_INPUT_BYTES, hint: str = "check the path") -> str:
+    """`read_input` decoded as UTF-8; a file that is not UTF-8 text is UserError naming the first bad byte."""
+    from accelport.errors import UserError
+
+    data = read_input(path, what, limit, hint)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}); {hint}") from None

@@ -42,3 +42,13 @@ def test_migrate_runs_without_torch(tmp_path):
 def test_rules_and_backends_run_without_torch():
     assert _run("rules", "AP1101").returncode == 0
     assert _run("backends", "npu").returncode == 0
+
+
+def test_torch_commands_without_torch_are_one_line_exit_2():
+    """kernels list/test and comm need torch: one line saying how to install it, not a traceback
+    (comm's ranks are child processes: without the check each would fail on its own)."""
+    for args in (("kernels", "list"), ("kernels", "test", "rms_norm"), ("comm", "--ranks", "2")):
+        result = _run(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert f"accelport {args[0]} needs torch; install it with `pip install 'accelport[torch]'`" in result.stderr

@@ -214,16 +214,3 @@ def test_tensor_data_cut_short_fails_that_tensor(tmp_path):
     assert row["status"] == "fail" and "cut short" in row["reason"]
 
 
-def test_files_that_cannot_be_mapped_are_read_with_the_same_result(dumps, monkeypatch):
-    ref, test, _ = dumps
-    with compare_dumps(ref, test) as mapped:
-        want = [row["metrics"] for row in mapped.rows()]
-        want_bytes = mapped.bytes_read
-
-    def refuse(*args, **kwargs):
-        raise OSError("mmap not supported")
-
-    monkeypatch.setattr(metrics.mmap, "mmap", refuse)
-    with compare_dumps(ref, test) as read:
-        assert [row["metrics"] for row in read.rows()] == want
-        assert read.bytes_read == want_bytes > 0

@@ -18,7 +18,8 @@ import sys
 from collections.abc import Sequence
 
 from accelport import __version__
-from accelport.errors import UserError
+from accelport.errors import MissingDependency, UserError
+from accelport.textsafe import one_line, terminal
 
 EXIT_OK = 0
 EXIT_FAIL = 1  # the command ran and its verdict is "fail" (threshold reached, check failed)
@@ -30,8 +31,21 @@ exit codes:
   1  done, and the verdict is fail: a --fail-on threshold was reached, a check failed,
      files were skipped, or (for --check) changes would be made
   2  usage or input error: a missing path, a file that cannot be read or parsed,
-     an invalid spec; one line on stderr says which file and what to do
+     an invalid spec, an optional package (torch, triton, ...) not installed;
+     one line on stderr says which file and what to do
 """
+
+# Optional packages by top-level module name -> (package to install, accelport extra).
+_OPTIONAL = {
+    "torch": ("torch", "torch"),
+    "numpy": ("numpy", "torch"),
+    "msgspec": ("msgspec", "torch"),
+    "matplotlib": ("matplotlib", "torch"),
+    "triton": ("triton", "kernels"),
+    "yaml": ("pyyaml", "pools"),
+    "jsonschema": ("jsonschema", "pools"),
+    "kubernetes_validate": ("kubernetes-validate", "pools"),
+}
 
 
 def _module_names() -> list[str]:
@@ -141,16 +155,45 @@ def _main(argv: Sequence[str] | None, collecting: bool) -> int:
         _quick_exit = bool(getattr(sys.modules.get(args.handler.__module__), "QUICK_EXIT", False))
         return code
     except UserError as exc:
-        print(f"accelport: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("accelport: interrupted", file=sys.stderr)
-        return 130
+        return _error(str(exc), exc.exit_code)
+    except ModuleNotFoundError as exc:
+        # An optional package missing deep inside a command (a torch-backed kernel module,
+        # say): the same one line as MissingDependency, whichever import hit it.
+        root = (exc.name or "").partition(".")[0]
+        if root not in _OPTIONAL:
+            raise
+        package, extra = _OPTIONAL[root]
+        return _error(str(MissingDependency(package, extra, f"accelport {args.command}")), EXIT_USAGE)
     except BrokenPipeError:
         # Output piped into `head` and closed early: not an error worth a traceback.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    except IsADirectoryError as exc:
+        return _error(f"{exc.filename}: is a directory; give a file", EXIT_USAGE)
+    except OSError as exc:
+        # A file the user named that cannot be read or written (permission, a path through a
+        # file, a full disk...): the command's own checks missed it, but it is still the
+        # user's input, not accelport's bug.
+        if exc.filename is None:
+            raise
+        return _error(f"{exc.filename}: {exc.strerror or exc}; check the path and its permissions", EXIT_USAGE)
+    except KeyboardInterrupt:
+        print("accelport: interrupted", file=sys.stderr)
+        return 130
+
+
+class _SafeFormatter(logging.Formatter):
+    """Log lines name user files too: they pass the terminal sanitizer like every other output."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal(super().format(record))
+
+
+def _error(message: str, code: int) -> int:
+    """The one line on stderr for an error a user can fix; names from their files cannot drive the terminal."""
+    print(f"accelport: error: {one_line(message)}", file=sys.stderr)
+    return code
 
 
 def _configure_logging(verbose: int) -> None:
@@ -166,7 +209,7 @@ def _configure_logging(verbose: int) -> None:
         ours.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
     handler._accelport_cli = True  # type: ignore[attr-defined]
-    handler.setFormatter(logging.Formatter("accelport: %(levelname)s: %(message)s"))
+    handler.setFormatter(_SafeFormatter("accelport: %(levelname)s: %(message)s"))
     ours.addHandler(handler)
     ours.setLevel(level)
     root = logging.getLogger()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from accelport.errors import UserError
 from accelport.fileio import atomic_write_bytes, atomic_write_text
+from accelport.textsafe import Styled, terminal
 
 
 def positive_int(text: str) -> int:
@@ -48,6 +49,19 @@ def check_output(path: str, option: str = "-o") -> None:
         raise UserError(f"{option} {path}: {problem}; give a writable file, or '-'")
 
 
+def check_output_dir(option: str, path: str) -> None:
+    """UserError naming `option` when `path` cannot be (or become) a writable folder."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise UserError(f"{option} {path}: is a file, not a folder; give a folder (it is created when missing)")
+    nearest = os.path.abspath(path)
+    while not os.path.lexists(nearest):
+        nearest = os.path.dirname(nearest)
+    if not os.path.isdir(nearest):
+        raise UserError(f"{option} {path}: cannot be created ({nearest} is not a directory)")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {path}: cannot be created or written ({nearest} is not writable)")
+
+
 def _why(path: Path, exc: OSError) -> str:
     """The reason a write failed, in the user's terms: a parent that is a file reads as such, not as 'File exists'."""
     for parent in path.parents:
@@ -58,10 +72,14 @@ def _why(path: Path, exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def emit(content: str | bytes, output: str | None, option: str = "-o") -> None:
+def emit(content: str | bytes, output: str | None, option: str = "-o", *, raw: bool = False, styled: bool = False) -> None:
     """Print `content`, or write it atomically to `output` when one is given ('-' is stdout).
 
     `option` names the command-line option `output` came from, for the error message.
+    Text printed to stdout goes through the terminal sanitizer (`accelport.textsafe`), so a
+    renderer that let a file name's ESC sequence through still cannot drive the terminal;
+    `styled` keeps accelport's own colours, `raw` prints exact bytes (a diff to apply).
+    Files are written exactly as rendered.
     """
     if output and output != "-":
         path = Path(output)
@@ -78,7 +96,7 @@ def emit(content: str | bytes, output: str | None, option: str = "-o") -> None:
     if isinstance(content, bytes):
         sys.stdout.buffer.write(content)
     else:
-        sys.stdout.write(content)
+        sys.stdout.write(content if raw else terminal(content, styled=styled))
     sys.stdout.flush()
 
 
@@ -98,7 +116,7 @@ class Style:
         self.enabled = enabled
 
     def _wrap(self, code: str, text: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if self.enabled else text
+        return Styled(f"\033[{code}m{text}\033[0m") if self.enabled else text
 
     def bold(self, text: str) -> str:
         return self._wrap("1", text)

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from accelport.cli._conventions import add_output_dir
-from accelport.cli._output import emit
+from accelport.cli._output import check_output_dir, emit
 
 ORDER = 70
 
@@ -23,6 +23,7 @@ ORDER = 70
 def run(args: argparse.Namespace) -> int:
     from accelport.verify import accept
 
+    check_output_dir("--output-dir", args.output_dir)  # before the checks run, not after
     spec = accept.load_spec(args.spec)
     report = accept.evaluate(spec)
     paths = accept.write_reports(report, Path(args.output_dir))

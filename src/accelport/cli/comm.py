@@ -17,12 +17,18 @@ from pathlib import Path
 
 from accelport.cli._conventions import add_output_dir
 from accelport.cli._output import check_range, check_save_path, emit, save_text
+from accelport.errors import MissingDependency
 
 ORDER = 64
 
 
 def run(args: argparse.Namespace) -> int:
     from accelport.verify import comm
+
+    # The ranks are child processes: without torch each would fail on its own, and the
+    # verdict would read as a collective that failed rather than a package not installed.
+    if not _importable("torch"):
+        raise MissingDependency("torch", "torch", "accelport comm")
 
     check_range("--ranks", args.ranks, low=2)
     check_range("--step-factor", args.step_factor, low=2)
@@ -40,6 +46,15 @@ def run(args: argparse.Namespace) -> int:
     save_text("--save", save, json.dumps(data, indent=2) + "\n")
     emit(json.dumps(data, indent=2) + "\n" if args.format == "json" else comm.render_table(result), args.output)
     return 0 if result.passed else 1
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         text = render_table(report, Style(to_terminal and use_color()))
     else:
         text = RENDERERS[args.format](report)
-    emit(text, args.output)
+    emit(text, args.output, styled=True)
     if threshold_reached(report, args.fail_on):
         return 1
     if report.skipped and not args.allow_skipped:

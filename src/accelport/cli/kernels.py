@@ -107,7 +107,7 @@ def run_test(args: argparse.Namespace) -> int:
     lines.extend(str(f) for f in report.lint)
     failed = sum(not r.passed for r in report.results)
     lines.append(f"{len(report.results)} checks ({mode}): {len(report.results) - failed} passed, {failed} failed; {len(report.lint)} lint findings")
-    emit("\n".join(lines) + "\n", args.output)
+    emit("\n".join(lines) + "\n", args.output, styled=True)
     return 0 if report.passed else 1
 
 
@@ -197,7 +197,7 @@ def run_aot(args: argparse.Namespace) -> int:
     text = text_table(["operator", "kernel", "target", "dtype", "config", "shared B", "limit B", "mma", "s", "", "error"], rows)
     failed = sum(not r.passed for r in results)
     text += f"{len(results)} builds: {len(results) - failed} fit, {failed} failed\n"
-    emit(text, args.output)
+    emit(text, args.output, styled=True)
     return 0 if passed else 1
 
 

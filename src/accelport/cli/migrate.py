@@ -27,6 +27,7 @@ import sys
 from accelport.cli._conventions import add_finding_filters, add_format
 from accelport.cli._output import Progress, Style, emit, output_problem, positive_int, use_color
 from accelport.errors import UserError
+from accelport.textsafe import terminal
 
 ORDER = 20
 FAIL_LEVELS = ("any", "low", "medium", "high")
@@ -92,14 +93,14 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == "write":
         _write(args, result, render_json, render_markdown)
         text = render_json(result) if args.format == "json" else render_summary(result, style_out, written=True)
-        emit(text, None)
+        emit(text, None, styled=True)
     elif args.mode == "check":
-        emit(render_json(result) if args.format == "json" else render_summary(result, style_out, written=False), None)
+        emit(render_json(result) if args.format == "json" else render_summary(result, style_out, written=False), None, styled=True)
     elif args.format == "json":
         emit(render_json(result), None)
     else:
-        emit(render_diff(result), None)
-        sys.stderr.write(render_summary(result, style_err, written=False))
+        emit(render_diff(result), None, raw=True)  # exact, so that `git apply` takes it (paths are quoted as git does)
+        sys.stderr.write(terminal(render_summary(result, style_err, written=False), styled=True))
 
     left_alone = bool(result.skipped or result.failed_files) and not args.allow_skipped
     if args.mode == "check" and result.changed_files:

@@ -10,6 +10,8 @@ from pathlib import Path
 from accelport.cli._conventions import add_deprecated, add_format
 from accelport.cli._output import emit
 from accelport.errors import UserError
+from accelport.fileio import read_input_text
+from accelport.textsafe import one_line
 
 ORDER = 70
 
@@ -108,10 +110,7 @@ def _artefacts_from_files(paths: list[str]):
     artefacts = []
     for name in paths:
         path = Path(name)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
+        text = read_input_text(path, "rendered file")
         if path.suffix in (".yaml", ".yml", ".json", ".sbatch", ".sh") and not text.strip():
             raise UserError(f"{path}: is empty; give a rendered manifest or batch script (accelport pools render --output-dir DIR)")
         if path.suffix in (".yaml", ".yml", ".json"):
@@ -160,8 +159,8 @@ def run_validate(args: argparse.Namespace) -> int:
     else:
         lines = []
         for subject, checks, problems in rows:
-            lines.append(f"{'FAIL' if problems else 'ok  '} {subject}  ({', '.join(checks)})")
-            lines += [f"     - {p.path + ': ' if p.path else ''}{p.message} [{p.check}]" for p in problems]
+            lines.append(one_line(f"{'FAIL' if problems else 'ok  '} {subject}  ({', '.join(checks)})"))
+            lines += [one_line(f"     - {p.path + ': ' if p.path else ''}{p.message} [{p.check}]") for p in problems]
         lines.append(f"{len(rows) - failed} passed, {failed} failed")
         emit("\n".join(lines) + "\n", args.output)
     return 1 if failed else 0
@@ -174,10 +173,9 @@ def _signals(args: argparse.Namespace, pools):
     signals = {}
     if args.signals:
         path = Path(args.signals)
+        text = read_input_text(path, "signals file", hint="check --signals")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise UserError(f"{path}: not valid JSON ({exc}); fix the file") from None
         signals.update(loads_from_json(data, str(path)))

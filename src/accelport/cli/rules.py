@@ -7,6 +7,8 @@ import json
 
 from accelport import knowledge
 from accelport.cli._output import emit
+from accelport.errors import UserError
+from accelport.findings import Category
 from accelport.report.table import text_table
 
 ORDER = 70
@@ -42,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rules = list(knowledge.rules().values())
     if args.category:
+        known = [c.value for c in Category]
+        if args.category not in known:
+            raise UserError(f"--category {args.category}: no such category; known: {', '.join(known)}")
         rules = [r for r in rules if r.category.value == args.category]
     if args.format == "json":
         emit(json.dumps([r.to_dict() for r in rules], indent=2) + "\n", args.output)

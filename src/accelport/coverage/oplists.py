@@ -20,6 +20,7 @@ from typing import Any
 
 from accelport import knowledge
 from accelport.errors import UserError
+from accelport.fileio import read_input_text
 
 ENV_VAR = "ACCELPORT_OPLISTS"
 SCHEMA_VERSION = 1
@@ -165,12 +166,7 @@ def _read_text_list(text: str, origin: str) -> dict[str, Any]:
 
 
 def read_user_list(path: Path) -> OpList:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: operator list not found; check --oplist or ${ENV_VAR}") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read operator list ({exc.strerror})") from None
+    text = read_input_text(path, "operator list", hint=f"check --oplist or ${ENV_VAR}")
     if path.suffix == ".json":
         try:
             data = json.loads(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -159,6 +160,8 @@ def discover(
             if root.is_symlink():
                 raise UserError(f"{root_arg}: is a broken symbolic link; point it at a file or folder")
             raise UserError(f"{root_arg}: no such file or directory; check the path")
+        if not root.is_dir() and not root.is_file():
+            raise UserError(f"{root_arg}: not a regular file or folder (a FIFO, socket or device); pass a folder or a source file")
         if root.is_file():
             scanner = scanner_for(root.name)
             if scanner is None:
@@ -166,7 +169,11 @@ def discover(
                     f"{root_arg}: not a kind of file accelport scans; pass a folder or a source file "
                     f"({', '.join(sorted({s for sc in scanners for s in sc.suffixes}))})"
                 )
-            result.files.append(Candidate(str(root), root_arg, index[id(scanner)], root.stat().st_size))
+            size = root.stat().st_size
+            if size > max_file_size:
+                result.skipped.append(SkippedFile(root_arg, _too_large(size, max_file_size)))
+                continue
+            result.files.append(Candidate(str(root), root_arg, index[id(scanner)], size))
             continue
         if not os.access(root, os.R_OK | os.X_OK):
             raise UserError(f"{root_arg}: folder cannot be read (permission denied)")
@@ -177,6 +184,10 @@ def discover(
         exclude_spec = _gitignore_spec(patterns) if patterns else None
         _walk(root_arg, str(root), result, exclude_spec, respect_gitignore, max_file_size, index, seen_files)
     return result
+
+
+def _too_large(size: int, limit: int) -> str:
+    return f"larger than the {limit // (1024 * 1024)} MiB limit ({size} bytes); raise it with --max-file-size"
 
 
 def _walk(
@@ -246,14 +257,12 @@ def _walk(
             if (fst.st_dev, fst.st_ino) in seen_files:
                 continue  # the same file reached through a symlink
             seen_files.add((fst.st_dev, fst.st_ino))
+            if not stat.S_ISREG(fst.st_mode):
+                # A FIFO would block the scan; a device has no end.
+                result.skipped.append(SkippedFile(display, "cannot be read: not a regular file (a FIFO, socket or device)"))
+                continue
             if fst.st_size > max_file_size:
-                result.skipped.append(
-                    SkippedFile(
-                        display,
-                        f"larger than the {max_file_size // (1024 * 1024)} MiB limit ({fst.st_size} bytes); "
-                        "raise it with --max-file-size",
-                    )
-                )
+                result.skipped.append(SkippedFile(display, _too_large(fst.st_size, max_file_size)))
                 continue
             result.files.append(Candidate(entry.path, display, index[id(scanner)], fst.st_size))
         # Reverse so the stack pops folders in name order.

@@ -16,6 +16,7 @@ from urllib.parse import quote
 from accelport import __version__, knowledge
 from accelport.findings import Category, Effort, Finding, Report
 from accelport.report import markdown
+from accelport.textsafe import one_line
 
 FORMATS = ("table", "json", "sarif", "csv", "markdown", "html")
 
@@ -54,7 +55,7 @@ def render_table(report: Report, style: Any = None, max_per_file: int | None = N
         Effort.HIGH: (style.red if style else str),
     }
     summary = report.summary()
-    out = [bold(f"accelport inventory: {', '.join(report.roots)}" + (f" (target: {report.target})" if report.target else ""))]
+    out = [bold(f"accelport inventory: {', '.join(one_line(r) for r in report.roots)}" + (f" (target: {report.target})" if report.target else ""))]
     out.append(
         f"  {summary['files_scanned']} files scanned ({summary['lines_scanned']} lines), "
         f"{summary['files_with_findings']} with findings, {summary['files_skipped']} skipped"
@@ -66,29 +67,29 @@ def render_table(report: Report, style: Any = None, max_per_file: int | None = N
     if summary["acknowledged"]:
         out.append(f"  {summary['acknowledged']} marked in the source as known manual work (`# accelport: APxxxx`)")
     out.append(bold(f"  route {report.route.route.value}: {report.route.route.title}"))
-    out.extend(f"    - {reason}" for reason in report.route.reasons)
+    out.extend(f"    - {one_line(reason)}" for reason in report.route.reasons)
     for path, findings in _by_file(report).items():
         file_summary = next((f for f in report.files if f.path == path), None)
         route = f", route {file_summary.route.route.value}" if file_summary else ""
         out.append("")
-        out.append(bold(f"{path}") + dim(f"  ({len(findings)} findings{route})"))
+        out.append(bold(one_line(path)) + dim(f"  ({len(findings)} findings{route})"))
         shown = findings if max_per_file is None else findings[:max_per_file]
         for finding in shown:
             fix = " [auto]" if finding.autofix else ""
             if finding.acknowledged:
                 fix += " [marked]"
-            line = f"  {_where(finding):>9}  {finding.rule_id}  {effort_color[finding.effort](f'{finding.effort.value:<6}')}  {finding.message}{fix}"
+            line = f"  {_where(finding):>9}  {finding.rule_id}  {effort_color[finding.effort](f'{finding.effort.value:<6}')}  {one_line(finding.message)}{fix}"
             out.append(line)
             if finding.snippet:
-                out.append(dim(f"             {finding.snippet}"))
+                out.append(dim(f"             {one_line(finding.snippet)}"))
             if finding.replacement:
-                out.append(dim(f"             -> {finding.replacement}"))
+                out.append(dim(f"             -> {one_line(finding.replacement)}"))
         if len(shown) < len(findings):
             out.append(dim(f"  ... and {len(findings) - len(shown)} more"))
     if report.skipped:
         out.append("")
         out.append(bold(f"skipped ({len(report.skipped)}):"))
-        out.extend(f"  {s.path}: {s.reason}" for s in report.skipped)
+        out.extend(f"  {one_line(s.path)}: {one_line(s.reason)}" for s in report.skipped)
     return "\n".join(out) + "\n"
 
 
@@ -121,6 +122,7 @@ CSV_COLUMNS = (
 
 
 def render_csv(report: Report) -> str:
+    """One row per finding; text from the files (paths, messages, source lines) with control characters escaped."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -128,7 +130,7 @@ def render_csv(report: Report) -> str:
         loc = f.location
         writer.writerow(
             [
-                loc.path,
+                one_line(loc.path),
                 loc.cell if loc.cell is not None else "",
                 loc.line,
                 loc.column,
@@ -137,14 +139,14 @@ def render_csv(report: Report) -> str:
                 f.rule_id,
                 f.category.value,
                 f.family,
-                f.symbol,
+                one_line(f.symbol),
                 f.effort.value,
                 f.route.value,
                 "yes" if f.autofix else "no",
                 "yes" if f.acknowledged else "no",
-                f.message,
-                f.replacement or "",
-                f.snippet,
+                one_line(f.message),
+                one_line(f.replacement or ""),
+                one_line(f.snippet),
             ]
         )
     return buffer.getvalue()
@@ -155,7 +157,7 @@ def render_csv(report: Report) -> str:
 
 def render_markdown(report: Report) -> str:
     summary = report.summary()
-    out = [f"# accelport inventory: {', '.join(report.roots)}", ""]
+    out = [f"# accelport inventory: {', '.join(markdown.code(r) for r in report.roots)}", ""]
     out.append(
         f"{summary['files_scanned']} files scanned ({summary['lines_scanned']} lines), "
         f"{summary['files_with_findings']} with findings, {summary['files_skipped']} skipped. "
@@ -174,7 +176,7 @@ def render_markdown(report: Report) -> str:
     out.append("")
     rows = [
         (
-            f"{f.location.path}:{_where(f)}",
+            markdown.code(f"{f.location.path}:{_where(f)}"),
             f.rule_id,
             f.effort.value,
             f.message,
@@ -183,11 +185,11 @@ def render_markdown(report: Report) -> str:
         )
         for f in report.findings
     ]
-    out.append(markdown.table(["where", "rule", "effort", "what", "code", "suggested"], rows, raw_columns=(4, 5)))
+    out.append(markdown.table(["where", "rule", "effort", "what", "code", "suggested"], rows, raw_columns=(0, 4, 5)))
     if report.skipped:
         out.append("## Skipped files")
         out.append("")
-        out.append(markdown.table(["file", "reason"], [(s.path, s.reason) for s in report.skipped]))
+        out.append(markdown.table(["file", "reason"], [(markdown.code(s.path), s.reason) for s in report.skipped], raw_columns=(0,)))
     return "\n".join(out)
 
 

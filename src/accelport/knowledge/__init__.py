@@ -111,12 +111,9 @@ def data_files(folder: str, suffix: str = ".toml") -> list[str]:
 def _user_data() -> tuple[tuple[Path, dict[str, Any]], ...]:
     loaded = []
     for path in user_files():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise UserError(f"{path}: knowledge file not found; check --knowledge or ${ENV_VAR}") from None
-        except OSError as exc:
-            raise UserError(f"{path}: cannot read knowledge file ({exc.strerror})") from None
+        from accelport.fileio import read_input_text
+
+        text = read_input_text(path, "knowledge file", hint=f"check --knowledge or ${ENV_VAR}")
         try:
             loaded.append((path, toml_parser().loads(text)))
         except toml_parser().TOMLDecodeError as exc:

@@ -9,6 +9,7 @@ from typing import Any
 
 from accelport import __version__
 from accelport.findings import SkippedFile
+from accelport.textsafe import diff_path
 
 CHANGES_SCHEMA = "accelport-migrate-changes-1"
 
@@ -79,8 +80,8 @@ class FileMigration:
         lines = difflib.unified_diff(
             self.original.splitlines(keepends=True),
             self.migrated.splitlines(keepends=True),
-            fromfile=f"a/{self.path}",
-            tofile=f"b/{self.path}",
+            fromfile=diff_path(f"a/{self.path}"),
+            tofile=diff_path(f"b/{self.path}"),
         )
         out = []
         for line in lines:

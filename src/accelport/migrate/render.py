@@ -13,7 +13,8 @@ from accelport.migrate.model import (
     REWRITTEN,
     MigrationResult,
 )
-from accelport.report.markdown import code, table
+from accelport.report.markdown import code, escape, table
+from accelport.textsafe import one_line
 
 _ACTION_WORDS = {
     REWRITTEN: "rewritten",
@@ -47,20 +48,20 @@ def render_summary(result: MigrationResult, style=None, *, written: bool) -> str
     lines = []
     for migration in result.files:
         if migration.error is not None:
-            lines.append(f"{style.red('error')}  {migration.path}: {migration.error}")
+            lines.append(f"{style.red('error')}  {one_line(migration.path)}: {one_line(migration.error)}")
             continue
         counts = migration.counts()
         if not counts:
             continue
         parts = [f"{counts[a]} {words[a]}" for a in (REWRITTEN, MARKED, NOT_REWRITTEN, ADDED, REMOVED) if counts[a]]
-        lines.append(f"{style.bold(migration.path)}: {', '.join(parts)}")
+        lines.append(f"{style.bold(one_line(migration.path))}: {', '.join(parts)}")
         for change in migration.changes:
             if change.action in (MARKED, NOT_REWRITTEN):
-                lines.append(f"  {migration.path}:{change.line}: {style.yellow(change.rule_id or '')} {change.symbol}: left for manual work")
+                lines.append(f"  {one_line(migration.path)}:{change.line}: {style.yellow(change.rule_id or '')} {one_line(change.symbol)}: left for manual work")
     for skip in result.skipped:
-        lines.append(f"{style.yellow('skipped')}  {skip.path}: {skip.reason}")
+        lines.append(f"{style.yellow('skipped')}  {one_line(skip.path)}: {one_line(skip.reason)}")
     if result.not_python:
-        names = ", ".join(n.path for n in result.not_python[:5]) + (" ..." if len(result.not_python) > 5 else "")
+        names = ", ".join(one_line(n.path) for n in result.not_python[:5]) + (" ..." if len(result.not_python) > 5 else "")
         lines.append(
             f"{len(result.not_python)} non-Python file(s) with CUDA findings are route-B work that migrate does not "
             f"rewrite (see `accelport inventory`): {names}"
@@ -124,7 +125,7 @@ def render_markdown(result: MigrationResult) -> str:
     ]
     for migration in result.files:
         if migration.error is not None:
-            out += [f"## {migration.path}", "", f"Left unchanged: {migration.error}", ""]
+            out += [f"## {code(migration.path)}", "", f"Left unchanged: {escape(migration.error)}", ""]
             continue
         if not migration.changes:
             continue
@@ -133,10 +134,10 @@ def render_markdown(result: MigrationResult) -> str:
             for c in migration.changes
         ]
         headers = ["line", "action", "rule", "symbol", "before", "after"]
-        out += [f"## {migration.path}", "", table(headers, rows, raw_columns=(4, 5)), ""]
+        out += [f"## {code(migration.path)}", "", table(headers, rows, raw_columns=(4, 5)), ""]
     if result.skipped:
-        out += ["## Skipped", "", table(["file", "reason"], [(s.path, s.reason) for s in result.skipped]), ""]
+        out += ["## Skipped", "", table(["file", "reason"], [(code(s.path), s.reason) for s in result.skipped], raw_columns=(0,)), ""]
     if result.not_python:
-        rows = [(n.path, str(n.findings)) for n in result.not_python]
-        out += ["## Not Python (route B, not rewritten)", "", table(["file", "findings"], rows), ""]
+        rows = [(code(n.path), str(n.findings)) for n in result.not_python]
+        out += ["## Not Python (route B, not rewritten)", "", table(["file", "findings"], rows, raw_columns=(0,)), ""]
     return "\n".join(out)

@@ -18,6 +18,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from accelport import knowledge
 from accelport.errors import UserError
+from accelport.fileio import read_input_text
 from accelport.knowledge import VendorProfile
 
 ENGINES = ("slurm", "kubernetes")
@@ -330,16 +331,7 @@ def _kind_name(kinds: tuple[type, ...]) -> str:
 
 def _read_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found; check the path") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory; give a TOML file") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 text; save it as UTF-8 TOML") from None
+    text = read_input_text(path, "TOML file")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

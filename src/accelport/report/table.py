@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from accelport.textsafe import one_line
+
 
 def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value)
+    return one_line(value)
 
 
 def text_table(
@@ -36,6 +38,6 @@ def text_table(
         parts = [c.rjust(widths[i]) if align[i] == "r" else c.ljust(widths[i]) for i, c in enumerate(row)]
         return "  ".join(parts).rstrip()
 
-    lines = [fmt(list(headers)), fmt(["-" * w for w in widths])]
+    lines = [fmt([one_line(h) for h in headers]), fmt(["-" * w for w in widths])]
     lines.extend(fmt(row) for row in cells)
     return "\n".join(lines) + "\n"

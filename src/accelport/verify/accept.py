@@ -66,6 +66,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from accelport import __version__
 from accelport.errors import UserError
+from accelport.fileio import read_input_text
 
 RESULT_KIND = "accelport.accept"
 SECTIONS = ("correctness", "precision", "performance", "stability", "collectives")
@@ -134,12 +135,9 @@ class Spec:
 def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec; every problem is a UserError naming the file and the key."""
     path = Path(path)
+    text = read_input_text(path, "spec", hint="write one (see `accelport accept --help`)")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: spec not found; write one (see `accelport accept --help`)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read spec ({exc})") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML ({exc}); fix the spec") from None
     unknown = sorted(set(data) - {"title", *SECTIONS})

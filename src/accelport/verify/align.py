@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport.errors import UserError
+from accelport.fileio import read_input_text
 
 try:
     import tomllib
@@ -45,16 +46,13 @@ class Mapping:
         if path is None:
             return cls()
         path = Path(path)
+        text = read_input_text(path, "mapping file", hint="check --map")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"{path}: mapping file not found; check --map") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
             raise UserError(
                 f"{path}: not valid TOML ({exc}); see docs/compare.md for the mapping format"
             ) from None
-        except OSError as exc:
-            raise UserError(f"{path}: cannot read the mapping file ({exc.strerror or exc}); check --map") from None
         mapping = cls()
         known = {"rename", "fuse"}
         unknown = sorted(set(data) - known)

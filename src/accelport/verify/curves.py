@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport.errors import UserError
+from accelport.fileio import read_input
 from accelport.verify import tfevents
 
 STEP_NAMES = ("step", "iteration", "iter", "global_step")
@@ -54,13 +55,15 @@ def _number(text: Any) -> float | None:
     return value
 
 
+LOG_LIMIT_BYTES = 4 << 30
+LOG_HINT = "give a CSV, JSONL or TensorBoard log of a training run"
+
+
 def read_run(path: str | Path) -> Run:
     """Read a CSV, JSONL or TensorBoard log into a `Run`."""
     path = Path(path)
     if not path.exists():
-        raise UserError(
-            f"{path}: not found; give a CSV, JSONL or TensorBoard log of a training run"
-        )
+        raise UserError(f"{path}: not found; {LOG_HINT}")
     if path.is_dir() or "tfevents" in path.name:
         files = tfevents.event_files(path)
         if not files:
@@ -73,7 +76,8 @@ def read_run(path: str | Path) -> Run:
             for tag, step, value in tfevents.scalars(file):
                 duplicates += _store(series, tag, step, value)
         return Run(path, series, duplicates)
-    text = path.read_text(encoding="utf-8", errors="replace")
+    # Logs of long runs are large, but not this large: a sparse or runaway file is refused unread.
+    text = read_input(path, "training log", limit=LOG_LIMIT_BYTES, hint=LOG_HINT).decode("utf-8", errors="replace")
     first = text.lstrip()[:1]
     if first == "{":
         return _read_jsonl(path, text)

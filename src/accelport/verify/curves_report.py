@@ -7,6 +7,7 @@ import json
 from accelport.report import markdown
 from accelport.report.html import HtmlPage
 from accelport.report.table import text_table
+from accelport.textsafe import one_line
 from accelport.verify.curves import CurvesResult
 
 _HEADERS = [
@@ -63,7 +64,7 @@ def _lines(result: CurvesResult) -> list[str]:
 
 
 def render_text(result: CurvesResult) -> str:
-    return "\n".join(_lines(result)) + "\n\n" + text_table(_HEADERS, _rows(result))
+    return "\n".join(one_line(line) for line in _lines(result)) + "\n\n" + text_table(_HEADERS, _rows(result))
 
 
 def render_json(result: CurvesResult) -> str:

@@ -29,7 +29,6 @@ tensors differ, so statistics mode never fails a pair that full tensors would pa
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import threading
 from collections import OrderedDict
@@ -191,51 +190,67 @@ def compare_stats(
 # stay in L2 (CHUNK_ELEMENTS elements per side, with the scratch arrays about 1.5 MiB in
 # float32), and each pass feeds as many metrics as it can: |diff| feeds max abs, allclose, max
 # rel, mean rel and ULP; |ref| feeds the allclose bound, the relative and the ULP denominator.
-# Tensor data is mapped from the page cache a window at a time rather than copied.
+# Tensor data is read a window at a time into one reused buffer per side and thread (pread:
+# bounded by the file's size at that moment, so a file cut short cannot fault as a mapping does).
 
 CHUNK_ELEMENTS = 1 << 16
-WINDOW_BYTES = 8 << 20  # tensor data mapped at once, per side and thread: bounds resident memory
+WINDOW_BYTES = 8 << 20  # tensor data read at once, per side and thread: bounds resident memory
 
 
 class TensorFiles:
-    """Reads tensor data out of a dump's step files; keeps a few files open, nothing else in memory."""
+    """Reads tensor data out of a dump's step files; keeps a few files open, nothing else in memory.
+
+    Every read is bounded by the file's size at that moment: a file cut short, even while it
+    is being read, gives a short read (reported as data cut short), never a fault. Tensor data
+    is read, not mapped: a mapped file truncated in place kills the process with SIGBUS.
+    """
 
     def __init__(self, dump: Path) -> None:
         self.dump = Path(dump)
-        # file -> (fd, data start, size), the least recently used first
-        self._handles: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
+        self.folder = dumpfile.dump_folder(self.dump)
+        # file -> (fd, data start), the least recently used first
+        self._handles: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._lock = threading.Lock()  # the threads of one compare open files through one instance
+        self._local = threading.local()  # each thread's window buffer
         self.bytes_read = 0
 
-    def _open(self, name: str) -> tuple[int, int, int]:
+    def _open(self, name: str) -> tuple[int, int]:
         with self._lock:
             hit = self._handles.get(name)
             if hit is not None:
                 self._handles.move_to_end(name)
                 return hit
             if len(self._handles) >= 8:
-                _, (fd, _, _) = self._handles.popitem(last=False)
+                _, (fd, _) = self._handles.popitem(last=False)
                 os.close(fd)
-            path = self.dump / name
+            fd = dumpfile.open_inside(self.folder, name, "tensor file")
             try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                from accelport.errors import UserError
-
-                raise UserError(
-                    f"{path}: tensor file missing; the dump is incomplete (copy the whole folder)"
-                ) from None
-            start = dumpfile.data_start(path)
-            self._handles[name] = (fd, start, os.fstat(fd).st_size)
+                start = dumpfile.data_start(self.folder / name, fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._handles[name] = (fd, start)
             return self._handles[name]
+
+    def _read(self, entry: Mapping[str, Any], first: int, buffer: memoryview) -> int:
+        """Bytes of `entry` from byte `first` into `buffer`; fewer when the file (or the entry) ends sooner."""
+        fd, start = self._open(entry["file"])
+        want = min(len(buffer), int(entry["nbytes"]) - first)
+        if want <= 0:
+            return 0
+        got = 0
+        offset = start + int(entry["start"]) + first
+        while got < want:  # a read may return less than asked before the end of the file
+            count = os.preadv(fd, [buffer[got:want]], offset + got)
+            if count == 0:
+                break
+            got += count
+        self._count(got)
+        return got
 
     def read_into(self, entry: Mapping[str, Any], first: int, buffer: memoryview) -> int:
         """Read bytes of `entry` from byte `first` into `buffer`; returns the number read."""
-        fd, start, _ = self._open(entry["file"])
-        want = min(len(buffer), int(entry["nbytes"]) - first)
-        got = os.preadv(fd, [buffer[:want]], start + int(entry["start"]) + first)
-        self._count(got)
-        return got
+        return self._read(entry, first, buffer)
 
     def _count(self, nbytes: int) -> None:
         with self._lock:  # `+=` from two threads can lose an update
@@ -243,45 +258,43 @@ class TensorFiles:
 
     def elements(self, entry: Mapping[str, Any], first: int, last: int) -> Any:
         """Elements [first, last) of `entry` as a read-only numpy array of its storage dtype, or
-        None when the file ends before them (an interrupted dump).
+        None when the file ends before them (an interrupted dump, or a file cut short).
 
-        The array is a view of the file mapped into memory: no copy, and the mapping goes when
-        the array does.
+        The array is a view of this thread's window buffer: valid until the thread's next call.
         """
         import numpy as np
 
-        fd, start, size = self._open(entry["file"])
         storage = _storage_dtype(entry["dtype"])
         item = np.dtype(storage).itemsize
-        offset = start + int(entry["start"]) + first * item
         nbytes = (last - first) * item
-        if offset + nbytes > size and offset + nbytes > os.fstat(fd).st_size:
-            # Past the end (the size is re-read: a dump still being written grows): mapping
-            # it would fault on access.
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is None or len(buffer) < nbytes:
+            buffer = self._local.buffer = bytearray(max(nbytes, WINDOW_BYTES))
+        view = memoryview(buffer)[:nbytes]
+        if self._read(entry, first * item, view) != nbytes:
             return None
-        base = offset - offset % mmap.ALLOCATIONGRANULARITY
-        try:
-            region = mmap.mmap(
-                fd, offset + nbytes - base, mmap.MAP_SHARED, mmap.PROT_READ, offset=base
-            )
-        except OSError:  # a file system that cannot map files: read instead
-            raw = bytearray(nbytes)
-            got = self.read_into(entry, first * item, memoryview(raw))
-            return np.frombuffer(raw, dtype=storage) if got == nbytes else None
-        self._count(nbytes)
-        return np.frombuffer(region, dtype=storage, count=last - first, offset=offset - base)
+        array = np.frombuffer(view, dtype=storage, count=last - first)
+        array.flags.writeable = False
+        return array
 
     def load(self, entry: Mapping[str, Any]) -> Any:
         """The whole tensor as a numpy array of its dtype widened to float32/float64 (for replay)."""
         import numpy as np
 
-        raw = bytearray(int(entry["nbytes"]))
-        got = self.read_into(entry, 0, memoryview(raw))
-        if got != len(raw):
+        fd, start = self._open(entry["file"])
+        nbytes = int(entry["nbytes"])
+        # The manifest's size is checked against the file before anything is allocated.
+        if start + int(entry["start"]) + nbytes > os.fstat(fd).st_size:
+            raw = None
+        else:
+            raw = bytearray(nbytes)
+            if self.read_into(entry, 0, memoryview(raw)) != nbytes:
+                raw = None
+        if raw is None:
             from accelport.errors import UserError
 
             raise UserError(
-                f"{self.dump / entry['file']}: tensor data cut short; the dump was interrupted"
+                f"{self.folder / entry['file']}: tensor data cut short; the dump was interrupted"
             )
         return _widen(
             np.frombuffer(raw, dtype=_storage_dtype(entry["dtype"])), entry["dtype"]
@@ -289,7 +302,7 @@ class TensorFiles:
 
     def close(self) -> None:
         with self._lock:
-            for fd, _, _ in self._handles.values():
+            for fd, _ in self._handles.values():
                 os.close(fd)
             self._handles.clear()
 
@@ -485,14 +498,13 @@ def _scan(
             r = _as(r_window[at : at + chunk], rdt, wide, work, "r")
             t = _as(t_window[at : at + chunk], tdt, wide, work, "t")
             _chunk_metrics(r, t, tol, acc, work)
-        # Drop every view of the windows now: their mappings go with them, which keeps
-        # resident memory at a window per side.
+        # Drop every view of the windows now: the next window is read into the same buffers.
         del r_window, t_window, r, t
     return acc
 
 
 def _window_elements(ref_dtype: str, test_dtype: str) -> int:
-    """Elements mapped at a time: whole chunks, WINDOW_BYTES or less on the wider side."""
+    """Elements read at a time: whole chunks, WINDOW_BYTES or less on the wider side."""
     item = max(dumpfile.DTYPES[ref_dtype][1], dumpfile.DTYPES[test_dtype][1])
     return max(CHUNK_ELEMENTS, WINDOW_BYTES // item // CHUNK_ELEMENTS * CHUNK_ELEMENTS)
 

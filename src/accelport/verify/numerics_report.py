@@ -12,6 +12,7 @@ from typing import Any
 from accelport.report import markdown, svg
 from accelport.report.html import HtmlPage
 from accelport.report.table import text_table
+from accelport.textsafe import one_line
 from accelport.verify.compare import CompareResult
 
 CSV_COLUMNS = (
@@ -136,7 +137,7 @@ _HEADERS = [
 
 
 def render_text(result: CompareResult) -> str:
-    out = "\n".join(summary_lines(result)) + "\n"
+    out = "\n".join(one_line(line) for line in summary_lines(result)) + "\n"
     if result.worst:
         out += "\nworst records (score = error / allowed error; > 1 fails):\n"
         out += text_table(_HEADERS, [_row_cells(w) for w in result.worst], max_width=48)
@@ -161,7 +162,14 @@ def write_csv(result: CompareResult, handle: Any) -> None:
     writer.writerow(CSV_COLUMNS)
     for row in result.rows():
         merged = {**row, **(row.get("metrics") or {})}
-        writer.writerow(["" if merged.get(c) is None else merged.get(c) for c in CSV_COLUMNS])
+        writer.writerow([_csv_cell(merged.get(c)) for c in CSV_COLUMNS])
+
+
+def _csv_cell(value: Any) -> Any:
+    """Module names and source lines come from the user's code: control characters escaped."""
+    if value is None:
+        return ""
+    return one_line(value) if isinstance(value, str) else value
 
 
 def render_csv(result: CompareResult) -> str:
@@ -180,10 +188,8 @@ def render_markdown(result: CompareResult) -> str:
         lines.append(
             markdown.table(
                 _HEADERS,
-                [
-                    [_fmt(c) if isinstance(c, float) else c for c in _row_cells(w)]
-                    for w in result.worst
-                ],
+                [_markdown_cells(_row_cells(w)) for w in result.worst],
+                raw_columns=(2, 3),
             )
         )
     if result.params["failed"]:
@@ -193,12 +199,20 @@ def render_markdown(result: CompareResult) -> str:
             markdown.table(
                 ["module", "parameter", "score", "reason"],
                 [
-                    [p["module"], p["op"], _fmt(p.get("score")), p.get("reason")]
+                    [markdown.code(p["module"]), markdown.code(p["op"]), _fmt(p.get("score")), p.get("reason")]
                     for p in result.params["failed"]
                 ],
+                raw_columns=(0, 1),
             )
         )
     return "\n".join(lines) + "\n"
+
+
+def _markdown_cells(cells: list[Any]) -> list[Any]:
+    """A worst-records row for Markdown: module and op (names from the user's code) as code spans."""
+    out = [_fmt(c) if isinstance(c, float) else c for c in cells]
+    out[2], out[3] = markdown.code(out[2]), markdown.code(out[3])
+    return out
 
 
 def layer_chart(result: CompareResult) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from accelport.errors import UserError
+from accelport.fileio import read_input
 
 _DT_FLOAT, _DT_DOUBLE, _DT_HALF, _DT_BFLOAT16 = 1, 2, 19, 14
 
@@ -115,7 +116,7 @@ def scalars(path: Path) -> Iterator[tuple[str, int, float]]:
     whose length or payload fails its CRC, or whose payload does not parse, is an error
     naming the file and the byte where the record starts.
     """
-    data = Path(path).read_bytes()
+    data = read_input(path, "TensorBoard event file", limit=4 << 30)
     pos = 0
     while pos + 12 <= len(data):
         header = data[pos : pos + 8]
