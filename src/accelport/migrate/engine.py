@@ -25,7 +25,7 @@ from accelport import knowledge
 from accelport.errors import UserError
 from accelport.findings import Finding, SkippedFile
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
-from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
+from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover, read_regular
 from accelport.inventory.engine import PARALLEL_MIN_BYTES, gc_paused, scan_file
 from accelport.inventory.engine import _chunks as guided_chunks
 from accelport.inventory.python import PythonScanner, chunks, code_token_lines, scan_python_text
@@ -377,8 +377,7 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
     python = (setup_script or isinstance(scanner, PythonScanner)) and suffix in (".py", ".pyw")
     if python:
         try:
-            with open(candidate.path, "rb") as handle:
-                data = handle.read()
+            data = read_regular(candidate.path, candidate.size)
         except OSError as exc:
             return SkippedFile(candidate.display, f"cannot be read ({exc.strerror})")
         if b"\x00" not in data[:8192]:
@@ -410,6 +409,8 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
                     return SkippedFile(candidate.display, migration.error)
                 migration.bom = bom
                 migration.disk_path = candidate.path
+                if candidate.outside is not None and migration.changed:
+                    return SkippedFile(candidate.display, outside_tree(candidate.outside))
                 return migration
     result = scan_file(candidate)
     if result.skipped is not None:
@@ -422,6 +423,14 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
     if not python:
         return NotPython(result.display, len(pending))
     return SkippedFile(result.display, "not UTF-8; migrate writes UTF-8 only, convert the file first")
+
+
+def outside_tree(target: str) -> str:
+    """The skip reason for a file whose symbolic link leads out of the tree migrate was given."""
+    return (
+        f"a symbolic link to {target}, outside the tree being migrated (where neither this run nor git "
+        "protects it); left unchanged: migrate that file in its own tree"
+    )
 
 
 def _migrate_chunk(chunk: Sequence[Candidate], options: Options, keep_text: bool = True) -> list:
@@ -495,4 +504,5 @@ def migrate(
         target=options.target,
         select=options.select,
         not_python=sorted(not_python, key=lambda n: n.path),
+        stale_temp=found.stale_temp,
     )
