@@ -45,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
         for path in _change_list_paths(args.changes):
             _check_writable(path)
     # Before writing, each whole file must parse; --diff and --check check the statements they change.
-    options = Options(select=parse_select(args.select), target=args.target, whole_file=args.mode == "write")
+    if not args.helpers_module.isidentifier() or args.helpers_module.startswith("accelport"):
+        raise UserError(f"--helpers-module {args.helpers_module}: not a module name; give a Python identifier such as _accelport_compat")
+    options = Options(
+        select=parse_select(args.select), target=args.target, whole_file=args.mode == "write",
+        helpers=args.helpers, helpers_module=args.helpers_module,
+    )
     progress: Progress | None = None
 
     def discovered(total: int) -> None:
@@ -129,7 +134,8 @@ def _stage(path: str, text: str) -> str:
 def _write(args: argparse.Namespace, result, render_json, render_markdown) -> None:
     from accelport.migrate.writing import remove_stale_temp, uncommitted, write_files
 
-    targets = [f.disk_path for f in result.changed_files if f.disk_path]
+    # A file migrate creates (the helper module) replaces nothing: no uncommitted work to protect.
+    targets = [f.disk_path for f in result.changed_files if f.disk_path and not f.creates]
     if targets and not args.force:
         dirty = uncommitted(args.paths, targets)
         if dirty:
@@ -191,6 +197,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="accelport-changes.json",
         metavar="FILE.json",
         help="--write: where to put the change list (a .md beside it); '-' for none (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--helpers",
+        choices=("module", "package"),
+        default="module",
+        help="where migrated code gets what torch has no device-agnostic API for: a generated module written "
+        "into the tree, needing only torch (default), or `import accelport.compat` (package)",
+    )
+    parser.add_argument(
+        "--helpers-module",
+        default="_accelport_compat",
+        metavar="NAME",
+        help="name of the generated helper module (default: %(default)s)",
     )
     parser.add_argument("--format", choices=("text", "json"), default="text", help="json: print the change list")
     parser.add_argument("--jobs", type=positive_int, metavar="N", help="worker processes (default: number of cores)")

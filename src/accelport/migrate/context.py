@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from accelport.knowledge import VendorProfile
 from accelport.migrate.edits import Edit, Layout
+from accelport.migrate.helpers import PACKAGE_MODULE, HelperImport, module_import
 from accelport.migrate.source import Site, SourceIndex, iter_statements
 
 # Names tried, in order, for the module-level device; the first free (or already ours) wins.
 DEVICE_NAMES = ("DEVICE", "ACCEL_DEVICE", "ACCELPORT_DEVICE")
-COMPAT_MODULE = "accelport.compat"
+COMPAT_MODULE = PACKAGE_MODULE  # what the knowledge files name; `ctx.compat()` says how this file spells it
 _SPACES = re.compile(r"\s+")
 
 
@@ -103,6 +105,7 @@ class FileContext:
     module_uses: list[int] = field(default_factory=list)  # top-level statement indexes using the module device
     # The whole file's parse, when `source.tree` holds only the statements with findings.
     whole_tree: Callable[[], ast.Module] | None = None
+    helper: HelperImport = field(default_factory=module_import)  # where the helpers torch lacks come from
     _whole_parse: ast.Module | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -146,8 +149,9 @@ class FileContext:
         return name if name is not None else f"{self.torch}.distributed"
 
     def compat(self) -> str:
+        """The name the helpers are reached by (the generated helper module, or accelport.compat)."""
         self.needs_compat = True
-        return COMPAT_MODULE
+        return self.helper.name
 
     def path(self, qualified: str) -> str:
         """A `torch.x.y` path spelled with this module's torch name."""
@@ -246,7 +250,11 @@ class FileContext:
     # ----------------------------------------------------------------- module additions
 
     def insertions(self) -> list[Edit]:
-        """Imports and the device definition the rewrites rely on, as zero-width edits."""
+        """Imports and the device definition the rewrites rely on, as zero-width edits.
+
+        An import goes where isort (ruff's I001) puts it: into its section of the module's
+        import block, in sorted order, or as a new section in the place of its kind.
+        """
         if not (self.needs_device and not self._device_defined) and not self.needs_compat and not self.needs_torch:
             return []
         nl = self.layout.newline
@@ -267,9 +275,9 @@ class FileContext:
             torch_bound_before = False
         imports = []
         if self.needs_torch or (self.needs_device and not self._device_defined and not torch_bound_before):
-            imports.append("import torch")
+            imports.append(("import torch", "thirdparty"))
         if self.needs_compat and not self._imports_compat():
-            imports.append(f"import {COMPAT_MODULE}")
+            imports.append((self.helper.statement, self.helper.section))
         blocks = []
         if self.needs_device and not self._device_defined:
             adapter = self._adapter_block()
@@ -278,17 +286,45 @@ class FileContext:
             blocks.append(f"{self.device_name} = {canonical_device(self.torch, self.source.quote)}")
         if not imports and not blocks:
             return []
+        edits = []
+        if not before_code and after_index is not None and _import_block(tree):
+            for statement, section in imports:
+                edits.append(self._placed_import(statement, section))
+            imports = []
         lines: list[str] = []
         if before_code:
-            lines += imports + ([""] if imports and blocks else []) + blocks + [""]
+            lines += [statement for statement, _section in imports] + ([""] if imports and blocks else []) + blocks + [""]
         else:
-            lines += imports
+            lines += [statement for statement, _section in imports]
             for block in blocks:
                 lines += ["", block]
-        text = nl.join("\n".join(lines).split("\n")) + nl
-        if offset == len(self.source.text) and self.source.text and not self.source.text.endswith(("\n", "\r")):
-            text = nl + text
-        return [Edit(offset, offset, "insert", text=text)]
+        if lines:
+            text = nl.join("\n".join(lines).split("\n")) + nl
+            if offset == len(self.source.text) and self.source.text and not self.source.text.endswith(("\n", "\r")):
+                text = nl + text
+            edits.append(Edit(offset, offset, "insert", text=text))
+        return edits
+
+    def _placed_import(self, statement: str, section: str) -> Edit:
+        """A zero-width edit adding `statement` to the leading import block where isort would put it."""
+        nl = self.layout.newline
+        block = _import_block(self.source.tree)
+        new = ast.parse(statement).body[0]
+        rank = _SECTIONS.index(section)
+        key = _import_key(new)
+        same = [s for s in block if _SECTIONS.index(_section_of(s, self.helper.first_party)) == rank]
+        if same:
+            later = next((s for s in same if _import_key(s) > key), None)
+            if later is not None:
+                return Edit(*[self.source.line_starts[later.lineno - 1]] * 2, "insert", text=statement + nl)
+            return Edit(*[self._end_of(same[-1])] * 2, "insert", text=statement + nl)
+        later = next((s for s in block if _SECTIONS.index(_section_of(s, self.helper.first_party)) > rank), None)
+        if later is not None:
+            return Edit(*[self.source.line_starts[later.lineno - 1]] * 2, "insert", text=statement + nl + nl)
+        return Edit(*[self._end_of(block[-1])] * 2, "insert", text=nl + statement + nl)
+
+    def _end_of(self, statement: ast.stmt) -> int:
+        return self.source.line_span(statement.end_lineno, statement.end_lineno)[1]
 
     def _adapter_block(self) -> str:
         if self.target is None or not self.target.adapter_import:
@@ -306,10 +342,8 @@ class FileContext:
         )
 
     def _imports_compat(self) -> bool:
-        for _index, stmt in _module_imports(self.source.tree):
-            if isinstance(stmt, ast.Import) and any(a.name == COMPAT_MODULE and not a.asname for a in stmt.names):
-                return True
-        return False
+        wanted = ast.dump(ast.parse(self.helper.statement).body[0])
+        return any(ast.dump(stmt) == wanted for _index, stmt in _module_imports(self.source.tree))
 
     def _top_offset(self) -> int:
         """Where to put code in a module without imports: after its docstring or leading comments."""
@@ -346,6 +380,52 @@ def _module_imports(tree: ast.Module) -> list[tuple[int, ast.Import | ast.Import
                 for handler in getattr(stmt, "handlers", []):
                     pending.extend(handler.body)
     return found
+
+
+# isort's sections, in the order it writes them.
+_SECTIONS = ("future", "stdlib", "thirdparty", "firstparty", "local")
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _section_of(stmt: ast.Import | ast.ImportFrom, first_party: frozenset[str]) -> str:
+    if isinstance(stmt, ast.ImportFrom) and stmt.level:
+        return "local"
+    module = stmt.module if isinstance(stmt, ast.ImportFrom) else stmt.names[0].name
+    top = (module or "").split(".")[0]
+    if top == "__future__":
+        return "future"
+    if top in sys.stdlib_module_names:
+        return "stdlib"
+    return "firstparty" if top in first_party else "thirdparty"
+
+
+def _import_key(stmt: ast.Import | ast.ImportFrom) -> tuple:
+    """isort's order within a section (ruff's defaults): `import x` before `from x import y`, then by
+    module, case-insensitively and with numbers compared as numbers; relative ones furthest first."""
+    if isinstance(stmt, ast.ImportFrom):
+        module = stmt.module or ""
+        return (1, -stmt.level, _natural(module.lower()), module)
+    module = stmt.names[0].name
+    return (0, 0, _natural(module.lower()), module)
+
+
+def _natural(text: str) -> tuple:
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(text))
+
+
+def _import_block(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The module's last run of plain top-level imports in its leading imports (what isort sorts as one block)."""
+    block: list[ast.Import | ast.ImportFrom] = []
+    for index, stmt in enumerate(tree.body):
+        if index == 0 and _is_docstring(stmt):
+            continue
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            block.append(stmt)
+        elif _holds_import(stmt):
+            block = []
+        else:
+            break
+    return block
 
 
 def _holds_import(stmt: ast.stmt) -> bool:

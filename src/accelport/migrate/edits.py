@@ -47,6 +47,9 @@ class Edit:
     site: Site | None = None
     indent: str = ""  # stmt: indentation of the statement's first line
     wraps: bool = False  # on the same span as another edit, this one goes outside (it wraps the value whole)
+    # stmt: the first line this edit writes (a guard: `if torch.accelerator.is_available():`). When the
+    # edit just before it wrote the same line, this one drops it and joins that block: no doubled guard.
+    header: str = ""
     seq: int = 0
     before: str = ""
     after: str = ""
@@ -244,7 +247,16 @@ def apply_edits(original: str, edits: Sequence[Edit], layout: Layout) -> tuple[s
     out = []
     made = []
     position = 0
+    headers = {root.start: root for root in roots if root.header and root.error is None}
+    previous_header = None
     for start, _order, _seq, end, text in sorted(pieces, key=lambda p: p[:3]):
+        edit = headers.get(start) if start != end else None
+        header_line = edit.indent + edit.header if edit is not None else None
+        if header_line is not None and not text.startswith(header_line):
+            header_line = None
+        if header_line is not None and header_line == previous_header and start == position:
+            text = text[text.index(layout.newline, len(header_line)) + len(layout.newline) :]
+        previous_header = header_line
         out.append(original[position:start])
         out.append(text)
         made.append(Piece(start, end, text))

@@ -13,6 +13,7 @@ output changes nothing: round 3 sees only acknowledged findings.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -30,12 +31,25 @@ from accelport.inventory.engine import PARALLEL_MIN_BYTES, gc_paused, scan_file
 from accelport.inventory.engine import _chunks as guided_chunks
 from accelport.inventory.python import PythonScanner, chunks, code_token_lines, scan_python_text
 from accelport.inventory.python.context import lookup_api
-from accelport.inventory.python.markers import MARKER_WORD, acknowledge, format_marker
+from accelport.inventory.python.markers import (
+    GENERATED_HEADER,
+    MARKER_WORD,
+    acknowledge,
+    format_marker,
+)
 from accelport.inventory.scanners import all_scanners
 from accelport.migrate import codemods
 from accelport.migrate.codemods.imports import import_edits, unused_import_edits
 from accelport.migrate.context import FileContext
 from accelport.migrate.edits import Edit, LineMap, apply_edits
+from accelport.migrate.helpers import (
+    DEFAULT_MODULE,
+    HelperImport,
+    helper_import_for,
+    module_import,
+    module_text,
+    package_import,
+)
 from accelport.migrate.model import (
     ADDED,
     MARKED,
@@ -62,6 +76,18 @@ class Options:
     select: tuple[str, ...] = ()
     target: str | None = None
     whole_file: bool = False  # require each whole file to parse, before and after (--write)
+    # Where the helpers torch lacks come from: "module" (a generated module in the tree, needing only
+    # torch) or "package" (`import accelport.compat`); and the generated module's name.
+    helpers: str = "module"
+    helpers_module: str = DEFAULT_MODULE
+    roots: tuple[str, ...] = ()  # the paths migrate was given: a helper module is written inside them
+
+    def helper_import(self, path: str | None = None) -> HelperImport:
+        if self.helpers == "package":
+            return package_import()
+        if path is None:
+            return module_import(self.helpers_module)
+        return helper_import_for(path, self.helpers_module, self.roots)
 
     def selects(self, rule_id: str) -> bool:
         return not self.select or rule_id.startswith(self.select)
@@ -100,6 +126,7 @@ def migrate_source(
     options: Options = Options(),
     scanner: FileScanner | None = None,
     whole_file: bool = False,
+    helper: HelperImport | None = None,
 ) -> FileMigration:
     """Migrate one Python file's text.
 
@@ -108,7 +135,8 @@ def migrate_source(
     inventory scanner that claims the file (setup.py has its own). Only the top-level
     statements that hold findings are parsed, and afterwards only the changed ones are
     checked again; `whole_file` also requires the whole file, before and after, to parse
-    (what `--write` asks, so it never writes into a file that does not parse).
+    (what `--write` asks, so it never writes into a file that does not parse). `helper` says how
+    the file reaches the helpers torch lacks (default: from `options`, a module beside the file).
     """
     scanner = scanner or _SCANNER
     result = FileMigration(path=path, original=text, migrated=text)
@@ -126,7 +154,8 @@ def migrate_source(
         return result
     source = SourceIndex.from_tree(text, tree)
     target = knowledge.vendor(options.target) if options.target else None
-    ctx = FileContext(source, target=target, whole_tree=lambda: _parse(text, path))
+    helper = helper or options.helper_import()
+    ctx = FileContext(source, target=target, whole_tree=lambda: _parse(text, path), helper=helper)
     edits = _rewrite_edits(source, ctx, findings, options)
     edits += ctx.insertions()
     rewritten, pieces = apply_edits(text, edits, ctx.layout)
@@ -155,6 +184,8 @@ def migrate_source(
     except (SyntaxError, ValueError, ScanSkipped) as exc:
         return _internal_error(result, f"the migrated code did not parse ({exc})")
     result.migrated = marked
+    if ctx.needs_compat and helper.path is not None:
+        result.helper_path = helper.path
     result.changes = sorted(changes + marker_changes, key=lambda c: (c.line, c.action != ADDED, c.rule_id or ""))
     return result
 
@@ -380,6 +411,8 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
             data = read_regular(candidate.path, candidate.size)
         except OSError as exc:
             return SkippedFile(candidate.display, f"cannot be read ({exc.strerror})")
+        if data.startswith(GENERATED_HEADER):
+            return _helper_file(candidate.path, candidate.display, data)  # ours: brought up to date, never scanned
         if b"\x00" not in data[:8192]:
             wanted = edges = None
             if not setup_script:
@@ -403,7 +436,7 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
                     return None
                 migration = migrate_source(
                     text, candidate.display, findings=findings, tree=tree, options=options, scanner=scanner,
-                    whole_file=options.whole_file,
+                    whole_file=options.whole_file, helper=options.helper_import(candidate.path),
                 )
                 if migration.error is not None and migration.error.startswith("does not parse"):
                     return SkippedFile(candidate.display, migration.error)
@@ -433,6 +466,46 @@ def outside_tree(target: str) -> str:
     )
 
 
+def helper_files(files: Sequence[FileMigration]) -> list[FileMigration]:
+    """The helper modules the migrated files import, as files to create (or bring up to date)."""
+    wanted: dict[str, str] = {}
+    for migration in files:
+        if migration.helper_path and migration.error is None and migration.disk_path:
+            folder = os.path.dirname(migration.disk_path)
+            display = os.path.join(os.path.dirname(migration.path), os.path.relpath(migration.helper_path, folder))
+            wanted.setdefault(migration.helper_path, os.path.normpath(display))
+    made = []
+    for path, display in sorted(wanted.items()):
+        try:
+            current: bytes | None = read_regular(path)  # a FIFO in its place is refused, never opened blocking
+        except FileNotFoundError:
+            current = None
+        except OSError:
+            current = b""  # cannot be read: writing it is refused as changed on disk
+        helper = _helper_file(path, display, current)
+        if helper is not None:
+            made.append(helper)
+    return made
+
+
+def _helper_file(path: str, display: str, current: bytes | None) -> FileMigration | None:
+    """The helper module at `path` as a file to write (None when it already holds what migrate writes)."""
+    text = module_text()
+    try:
+        old = current.decode("utf-8") if current is not None else None
+    except UnicodeDecodeError:
+        old = ""
+    if old == text:
+        return None
+    name = os.path.splitext(os.path.basename(path))[0]
+    if old and not old.startswith(GENERATED_HEADER.decode()):
+        why = "left unchanged: a file of this name is not accelport's helper module; pass --helpers-module with another name"
+        return FileMigration(display, old, old, error=why, disk_path=path)
+    note = "helper module for what torch has no device-agnostic API for; it needs only torch"
+    change = Change(display, 1, ADDED, None, name, "", f"{name}.py (generated from accelport.compat)", note)
+    return FileMigration(display, old or "", text, [change], disk_path=path, creates=old is None)
+
+
 def _migrate_chunk(chunk: Sequence[Candidate], options: Options, keep_text: bool = True) -> list:
     with gc_paused():  # as in inventory: the trees here have no cycles worth collecting
         outcomes = [migrate_candidate(c, options) for c in chunk]
@@ -460,6 +533,8 @@ def migrate(
     """
     if options.target is not None:
         knowledge.vendor(options.target)
+    if not options.roots:
+        options = dataclasses.replace(options, roots=tuple(paths))
     knowledge.rules()
     marker_texts()
     codemods.load()
@@ -496,6 +571,8 @@ def migrate(
         if pool is not None:
             pool.shutdown()
     scanned = len(found.files) - sum(1 for s in skipped if s not in found.skipped)
+    have = {f.disk_path for f in files}
+    files += [h for h in helper_files(files) if h.disk_path not in have]
     return MigrationResult(
         roots=list(paths),
         files=sorted(files, key=lambda f: f.path),

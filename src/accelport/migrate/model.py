@@ -58,6 +58,8 @@ class FileMigration:
     bom: bool = False
     disk_path: str | None = None
     would_change: bool | None = None  # kept when the texts are dropped (--check needs no text)
+    helper_path: str | None = None  # the generated helper module the migrated text imports
+    creates: bool = False  # a new file (the helper module): nothing on disk yet
 
     @property
     def changed(self) -> bool:
@@ -67,7 +69,9 @@ class FileMigration:
 
     def without_text(self) -> FileMigration:
         """The same outcome without the file's text (cheaper to ship between processes)."""
-        return FileMigration(self.path, "", "", self.changes, self.error, self.bom, self.disk_path, self.changed)
+        return FileMigration(
+            self.path, "", "", self.changes, self.error, self.bom, self.disk_path, self.changed, self.helper_path, self.creates
+        )
 
     def diff(self) -> str:
         if not self.changed:

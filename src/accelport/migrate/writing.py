@@ -86,19 +86,23 @@ def write_files(files: Sequence[FileMigration], roots: Sequence[str] | None = No
                     f"{migration.path}: now a symbolic link to {target}, outside the tree being migrated; "
                     "nothing was written; run migrate again"
                 )
-            try:
-                current = read_regular(str(target))  # never blocks, should a FIFO be there now
-            except OSError:
-                current = None
-            if current != _encoded(migration, migration.original):
-                raise UserError(f"{migration.path}: changed on disk since it was read; run migrate again")
+            if migration.creates:
+                if os.path.lexists(migration.disk_path) or os.path.lexists(target):
+                    raise UserError(f"{migration.path}: appeared on disk since migrate looked; run migrate again")
+            else:
+                try:
+                    current = read_regular(str(target))  # never blocks, should a FIFO be there now
+                except OSError:
+                    current = None
+                if current != _encoded(migration, migration.original):
+                    raise UserError(f"{migration.path}: changed on disk since it was read; run migrate again")
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
             staged.append((tmp, str(target)))
             with os.fdopen(fd, "wb") as handle:
                 handle.write(_encoded(migration, migration.migrated))
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
+            os.chmod(tmp, 0o644 if migration.creates else target.stat().st_mode & 0o7777)
     except BaseException:
         for tmp, _target in staged:
             with suppress(FileNotFoundError):

@@ -14,7 +14,7 @@ from accelport.inventory import fastfind
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
 from accelport.inventory.python import chunks
 from accelport.inventory.python.context import PyContext
-from accelport.inventory.python.markers import MARKER_WORD, acknowledge
+from accelport.inventory.python.markers import GENERATED_HEADER, MARKER_WORD, acknowledge
 from accelport.inventory.python.rules import FINALIZERS, REGISTRY, load
 
 load()
@@ -97,7 +97,13 @@ def _prefilter_needles() -> tuple[bytes, ...] | None:
 
 
 def wants(data: bytes) -> bool:
-    """Could the file hold a finding? A static anchor, or an import line naming a CUDA-only package."""
+    """Could the file hold a finding? A static anchor, or an import line naming a CUDA-only package.
+
+    Never the helper module migrate generates (it starts with GENERATED_HEADER): that is
+    accelport's code, written to work on every device.
+    """
+    if data.startswith(GENERATED_HEADER):
+        return False
     needles = _prefilter_needles() if fastfind.prepare() else None
     if needles is not None:
         # One compiled pass that stops at the first anchor. A package name counts on an
@@ -403,6 +409,8 @@ class PythonScanner(FileScanner):
 
     def scan(self, source: SourceFile) -> list[Finding]:
         data = source.data
+        if data.startswith(GENERATED_HEADER):
+            return []  # the helper module migrate writes
         edges = chunks.LazyEdges(data)
         wanted = code_token_lines(data, edges)
         if not wanted:

@@ -104,16 +104,17 @@ _ALWAYS_SAFE = {
     (ast.Lambda, "body"),
     (ast.Subscript, "slice"),
     (ast.withitem, "context_expr"),
-    (ast.comprehension, "iter"),
-    (ast.comprehension, "ifs"),
     (ast.ListComp, "elt"),
     (ast.SetComp, "elt"),
     (ast.GeneratorExp, "elt"),
     (ast.Yield, "value"),
     (ast.NamedExpr, "value"),
 }
-# A comparison or an `and`/`or` also fits as an operand of these.
+# A comparison or an `and`/`or` also fits as an operand of these (a conditional or a lambda does not:
+# `[x for x in xs if a if b else c]` does not parse).
 _BOOLEAN_SAFE = {
+    (ast.comprehension, "iter"),
+    (ast.comprehension, "ifs"),
     (ast.BoolOp, "values"),
     (ast.IfExp, "test"),
     (ast.IfExp, "body"),

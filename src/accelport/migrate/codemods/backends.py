@@ -1,4 +1,9 @@
-"""Backend switches: TF32 → torch.set_float32_matmul_precision, cudnn.deterministic → torch.use_deterministic_algorithms."""
+"""Backend switches: TF32 → torch.set_float32_matmul_precision.
+
+`torch.backends.cudnn.deterministic` is not rewritten: torch.use_deterministic_algorithms is broader
+(every backend, and it raises on ops without a deterministic kernel), and the cuDNN flag is
+harmless where there is no cuDNN. It keeps a marker (AP1402).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import ast
 
 import libcst as cst
 
-from accelport.migrate.codemods import codemod, fail, maybe_parens, parse, replace_with, stmt_edit
+from accelport.migrate.codemods import codemod, fail, maybe_parens, parse, stmt_edit
 from accelport.migrate.context import FileContext
 from accelport.migrate.edits import Edit, code
 from accelport.migrate.source import Site
@@ -63,27 +68,6 @@ def tf32(site: Site, ctx: FileContext) -> Edit | None:
     if isinstance(site.node.ctx, ast.Load):
         text = f"{ctx.path('torch.get_float32_matmul_precision')}() != {highest}"
         return _compare(site, text)
-    return None
-
-
-@codemod("AP1402")
-def deterministic(site: Site, ctx: FileContext) -> Edit | None:
-    """torch.backends.cudnn.deterministic = True -> torch.use_deterministic_algorithms(True, warn_only=True)"""
-    if not isinstance(site.node, ast.Attribute):
-        return None
-    setter = ctx.path("torch.use_deterministic_algorithms")
-    assign = _assigned(site)
-    if assign is not None:
-
-        def call(value: str, node: ast.AST) -> str:
-            if _is_constant(node, False):
-                return f"{setter}(False)"
-            # warn_only keeps cuDNN's leniency: ops without a deterministic kernel warn instead of raising.
-            return f"{setter}({value}, warn_only=True)"
-
-        return _set_from_value(site, assign, call)
-    if isinstance(site.node.ctx, ast.Load):
-        return replace_with(site, site.node, f"{ctx.path('torch.are_deterministic_algorithms_enabled')}()")
     return None
 
 

@@ -19,7 +19,7 @@ from accelport.migrate.codemods import (
     replace_with,
 )
 from accelport.migrate.context import FileContext
-from accelport.migrate.edits import Edit
+from accelport.migrate.edits import Edit, code
 from accelport.migrate.source import Site
 
 # Calls whose first argument is a device *type* string, not a device.
@@ -318,29 +318,111 @@ def _is_cuda_available_test(ctx: FileContext, test: ast.AST) -> bool | None:
 
 @codemod("AP9002")
 def silent_cpu_fallback(site: Site, ctx: FileContext) -> Edit | None:
-    """"cuda" if torch.cuda.is_available() else "cpu" -> DEVICE.type (the device already falls back to the CPU)."""
+    """"cuda" if torch.cuda.is_available() else "cpu" -> DEVICE.type; torch.device forms -> DEVICE.
+
+    The module's device is the accelerator when there is one and the CPU otherwise, which is
+    exactly what the conditional picks on CUDA and on a CPU-only machine. Other shapes keep the
+    conditional, test the accelerator instead, and name its type in the accelerator branch:
+    `"cuda:0" if ... else "cpu"` -> `f"{DEVICE.type}:0" if torch.accelerator.is_available() else "cpu"`.
+    """
     node = site.node
     if not isinstance(node, ast.IfExp):
         return None  # the statement form is fixed by its parts (availability test, device strings)
     positive = _is_cuda_available_test(ctx, node.test)
     if positive is None:
         return None
-    accelerator_branch = node.body if positive else node.orelse
-    if not _is_device_literal(ctx, accelerator_branch):
-        return None
+    accelerator_branch, cpu_branch = (node.body, node.orelse) if positive else (node.orelse, node.body)
+    accelerator_kind, cpu_kind = _device_literal_kind(ctx, accelerator_branch), _cpu_kind(ctx, cpu_branch)
+    device = ctx.module_device(site)
+    if accelerator_kind == cpu_kind == "string":
+        return replace_with(site, node, f"{device}.type")
+    if accelerator_kind == cpu_kind == "device":
+        return replace_with(site, node, device)
+    available = f"{ctx.path('torch.accelerator.is_available')}()"
+    retype = _Retype(f"{device}.type", ctx.path("torch.device"), site.quote)
 
     def pick(expr: cst.BaseExpression) -> cst.BaseExpression:
         if not isinstance(expr, cst.IfExp):
             fail("expected a conditional expression")
-        branch = expr.body if positive else expr.orelse
-        return branch.with_changes(lpar=[], rpar=[]) if not isinstance(branch, cst.IfExp) else branch
+        test = parse(available if positive else f"not {available}")
+        if positive:
+            return expr.with_changes(test=test, body=expr.body.visit(retype))
+        return expr.with_changes(test=test, orelse=expr.orelse.visit(retype))
 
     return expr_edit(site, node, pick)
 
 
-def _is_device_literal(ctx: FileContext, node: ast.AST) -> bool:
+def _device_literal_kind(ctx: FileContext, node: ast.AST) -> str | None:
+    """'string' for "cuda", 'device' for torch.device("cuda"); None for anything else (indexed ones too)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value == "cuda" or node.value.startswith("cuda:")
-    if isinstance(node, ast.Call) and ctx.qualname(node.func) == "torch.device" and len(node.args) == 1:
-        return _is_device_literal(ctx, node.args[0])
-    return False
+        return "string" if node.value == "cuda" else None
+    if isinstance(node, ast.Call) and ctx.qualname(node.func) == "torch.device" and len(node.args) == 1 and not node.keywords:
+        return "device" if _device_literal_kind(ctx, node.args[0]) == "string" else None
+    return None
+
+
+def _cpu_kind(ctx: FileContext, node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and node.value == "cpu":
+        return "string"
+    if isinstance(node, ast.Call) and ctx.qualname(node.func) == "torch.device" and len(node.args) == 1 and not node.keywords:
+        return "device" if _cpu_kind(ctx, node.args[0]) == "string" else None
+    return None
+
+
+_CUDA_INDEX = re.compile(r"cuda(?::(\d+))?")
+
+
+class _Retype(cst.CSTTransformer):
+    """In a branch only taken when an accelerator is available, "cuda" names that accelerator's type."""
+
+    def __init__(self, device_type: str, torch_device: str, quote: str) -> None:
+        super().__init__()
+        self.device_type, self.torch_device, self.quote = device_type, torch_device, quote
+
+    def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString) -> cst.BaseExpression:
+        if "b" in updated.prefix.lower():
+            return updated
+        match = _CUDA_INDEX.fullmatch(updated.evaluated_value)
+        if match is None:
+            return updated
+        if match.group(1) is None:
+            return parse(self.device_type)
+        return parse(f"f{self.quote}{{{self.device_type}}}:{match.group(1)}{self.quote}")
+
+    def leave_FormattedString(self, original: cst.FormattedString, updated: cst.FormattedString) -> cst.BaseExpression:
+        head = updated.parts[0] if updated.parts else None
+        if not isinstance(head, cst.FormattedStringText) or not head.value.startswith("cuda:"):
+            return updated
+        parts = [cst.FormattedStringExpression(expression=parse(self.device_type)), cst.FormattedStringText(head.value[len("cuda") :])]
+        return updated.with_changes(parts=[*parts, *updated.parts[1:]])
+
+
+@codemod("AP1605")
+def pin_memory(site: Site, ctx: FileContext) -> Edit | None:
+    """pin_memory=True -> pin_memory=torch.accelerator.is_available(); x.pin_memory() -> pinned only with an accelerator.
+
+    Pinning needs an accelerator: without one `Tensor.pin_memory()` raises and DataLoader warns
+    and does not pin. The receiver is written twice, but only one branch runs, so it is
+    evaluated once, as before.
+    """
+    node = site.node
+    available = f"{ctx.path('torch.accelerator.is_available')}()"
+    if isinstance(node, ast.Constant) and node.value is True and isinstance(site.parent, ast.keyword):
+        return replace_with(site, node, available)
+    call = called(site)
+    if call is None or call.args or call.keywords or not isinstance(node, ast.Attribute):
+        return None
+
+    def conditional(expr: cst.BaseExpression) -> cst.BaseExpression:
+        if not isinstance(expr, cst.Call) or not isinstance(expr.func, cst.Attribute):
+            fail("expected x.pin_memory()")
+        receiver = expr.func.value
+        unpinned = code(receiver) if not _needs_own_parens(receiver) else f"({code(receiver)})"
+        return maybe_parens(site, call, parse(f"{code(expr)} if {available} else {unpinned}"), "ifexp")
+
+    return expr_edit(site, call, conditional)
+
+
+def _needs_own_parens(expr: cst.BaseExpression) -> bool:
+    """Does the receiver, written as the `else` branch, need parentheses (a lambda, a conditional, a walrus)?"""
+    return isinstance(expr, cst.Lambda | cst.IfExp | cst.NamedExpr) and not expr.lpar

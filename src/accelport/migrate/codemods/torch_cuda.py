@@ -81,9 +81,18 @@ def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
     if symbol == "torch.cuda.is_bf16_supported":
         if call is None:
             return None
+        # torch.cuda's answer without CUDA is False; the helper's (True on the CPU) only with an accelerator.
         device = ctx.device(site)
         func = f"{ctx.compat()}.is_bf16_supported"
-        return expr_edit(site, call, lambda c: prepend_args(c.with_changes(func=parse(func)), new_arg(device)))
+        available = f"{ctx.path('torch.accelerator.is_available')}()"
+
+        def bf16(c: cst.BaseExpression) -> cst.BaseExpression:
+            checked = prepend_args(c.with_changes(func=parse(func)), new_arg(device))
+            if _already_guarded(site, ctx):
+                return checked
+            return maybe_parens(site, call, parse(f"{code(checked)} if {available} else False"), "ifexp")
+
+        return expr_edit(site, call, bf16)
     if "fallback_call" in entry:
         return _device_module_call(site, ctx, call, symbol, entry)
     if symbol in ("torch.cuda.manual_seed", "torch.cuda.manual_seed_all") and call is not None:
@@ -206,7 +215,10 @@ def _guarded(site: Site, ctx: FileContext, call: ast.Call, new_func: str, entry:
             inner = line.with_changes(body=[expr.with_changes(value=expr.value.with_changes(func=parse(new_func)))])
             return cst.If(test=parse(available), body=cst.IndentedBlock(body=[inner]), leading_lines=line.leading_lines)
 
-        return stmt_edit(site, statement, guard)
+        edit = stmt_edit(site, statement, guard)
+        if edit is not None:
+            edit.header = f"if {available}:"
+        return edit
     fallback = entry.get("fallback")
     if fallback is None:
         return replace_with(site, site.node, new_func)

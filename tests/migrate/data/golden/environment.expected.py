@@ -3,15 +3,16 @@ import subprocess
 import sys
 
 import torch
-import accelport.compat
+
+import _accelport_compat
 
 
 def restrict(gpus):
-    os.environ[accelport.compat.visible_devices_var()] = gpus
-    visible = os.environ.get(accelport.compat.visible_devices_var(), "all")
-    if accelport.compat.visible_devices_var() in os.environ:
-        print(f"restricted to {os.environ[accelport.compat.visible_devices_var()]}")
-    env = {**os.environ, accelport.compat.visible_devices_var(): "0"}
+    os.environ[_accelport_compat.visible_devices_var()] = gpus
+    visible = os.environ.get(_accelport_compat.visible_devices_var(), "all")
+    if _accelport_compat.visible_devices_var() in os.environ:
+        print(f"restricted to {os.environ[_accelport_compat.visible_devices_var()]}")
+    env = {**os.environ, _accelport_compat.visible_devices_var(): "0"}
     subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
     os.environ["CUDA_LAUNCH_BLOCKING"] = "1"  # accelport: AP1603: CUDA runtime setting; set the target's equivalent variable
     print("set CUDA_VISIBLE_DEVICES to pick GPUs")

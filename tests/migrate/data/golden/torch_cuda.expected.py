@@ -1,5 +1,6 @@
 import torch
-import accelport.compat
+
+import _accelport_compat
 
 DEVICE = torch.accelerator.current_accelerator() or torch.device("cpu")
 
@@ -32,12 +33,11 @@ def step(model, x):
     stream = torch.Stream(DEVICE)
     with stream:
         y = model(x)
-    accelport.compat.current_stream().wait_stream(stream)
+    _accelport_compat.current_stream().wait_stream(stream)
     with torch.accelerator.device_index(0 if torch.accelerator.is_available() else None):
         y = y + 1
     if torch.accelerator.is_available():
         torch.accelerator.synchronize()  # wait for the kernels
-    if torch.accelerator.is_available():
         torch.accelerator.empty_cache()
     free, total = torch.accelerator.get_memory_info() if torch.accelerator.is_available() else (0, 0)
     peak = (torch.accelerator.max_memory_allocated() if torch.accelerator.is_available() else 0) / 2**30
@@ -47,8 +47,8 @@ def step(model, x):
 
 
 def timing():
-    start = accelport.compat.Event(DEVICE, enable_timing=True)
-    end = accelport.compat.Event(DEVICE, enable_timing=True)
+    start = _accelport_compat.Event(DEVICE, enable_timing=True)
+    end = _accelport_compat.Event(DEVICE, enable_timing=True)
     start.record()
     end.record()
     end.synchronize()
@@ -59,7 +59,7 @@ def rng():
     state = getattr(torch.get_device_module(DEVICE), "get_rng_state", torch.get_rng_state)()
     getattr(torch.get_device_module(DEVICE), "set_rng_state", torch.set_rng_state)(state)
     name = getattr(torch.get_device_module(DEVICE), "get_device_name", lambda *args: DEVICE.type)(0)
-    bf16 = accelport.compat.is_bf16_supported(DEVICE)
+    bf16 = _accelport_compat.is_bf16_supported(DEVICE) if torch.accelerator.is_available() else False
     return name, bf16
 
 

@@ -96,6 +96,38 @@ def check_device_value(ctx: PyContext, node: ast.AST | None, rule_id: str = "AP1
     return False
 
 
+_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
+
+
+def _tests_availability(ctx: PyContext, test: ast.AST) -> bool:
+    """`torch.cuda.is_available()` / `torch.accelerator.is_available()`, alone or as an `and` operand."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_tests_availability(ctx, value) for value in test.values)
+    return isinstance(test, ast.Call) and not test.args and ctx.qualname(test.func) in _AVAILABILITY
+
+
+def _tests_absence(ctx: PyContext, test: ast.AST) -> bool:
+    return isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and _tests_availability(ctx, test.operand)
+
+
+def only_with_accelerator(ctx: PyContext, node: ast.AST) -> bool:
+    """Is `node` evaluated only when an accelerator is available (`x.pin_memory() if torch.accelerator.is_available() else x`)?"""
+    child, parent = node, ctx.parent(node)
+    while parent is not None and not isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+        if isinstance(parent, ast.If | ast.IfExp) and child is not parent.test:
+            in_body = child is parent.body or (isinstance(parent.body, list) and any(child is s for s in parent.body))
+            if in_body and _tests_availability(ctx, parent.test):
+                return True
+            if not in_body and _tests_absence(ctx, parent.test):
+                return True
+        if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
+            position = next((i for i, v in enumerate(parent.values) if v is child), 0)
+            if any(_tests_availability(ctx, v) for v in parent.values[:position]):
+                return True
+        child, parent = parent, ctx.parent(parent)
+    return False
+
+
 def _keyword(node: ast.Call, name: str) -> ast.expr | None:
     for keyword in node.keywords:
         if keyword.arg == name:
@@ -130,7 +162,7 @@ def device_arguments(ctx: PyContext, node: ast.Call) -> None:
             check_device_value(ctx, node.args[0])
         elif func.attr == "cuda":
             ctx.report("AP1004", func, ".cuda()", replacement=".to(device)")
-        elif func.attr == "pin_memory" and not node.args:
+        elif func.attr == "pin_memory" and not node.args and not only_with_accelerator(ctx, node):
             ctx.report("AP1605", func, ".pin_memory()")
         elif func.attr == "startswith" and node.args and isinstance(node.args[0], ast.Constant):
             value = node.args[0].value
