@@ -240,14 +240,19 @@ def accelport(*args: str, cwd: Path | None = None) -> tuple[subprocess.Completed
 
 
 def _error(run: Run) -> str | None:
-    """Why a run did not succeed, in one line (the exception line of a traceback when there is one)."""
+    """Why a run did not succeed, in one line: the exception that ended it (a worker's, under torchrun)."""
     if run.stopped or run.exit_code == 0:
         return None
     if run.timed_out:
         return "timed out"
-    for line in reversed(run.lines):
-        if re.match(r"^\s*[\w.]+(Error|Exception|Interrupt)\b.*", line) and "Traceback" not in line:
-            return line.strip()[:300]
+    raised = []
+    for line in run.lines:
+        line = re.sub(r"^\[(default)?rank\d+\]:\s?", "", line).strip()
+        if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", line):
+            raised.append(line)
+    causes = [line for line in raised if "ChildFailedError" not in line] or raised
+    if causes:
+        return causes[-1][:300]
     return f"exit code {run.exit_code}: {(run.lines[-1] if run.lines else '').strip()[:300]}"
 
 
