@@ -21,6 +21,7 @@ printed `stop_after` loss lines (both runs alike). Prints one JSON object per re
 
     python benchmarks/real_repos.py PATH... [--python RECIPE=PYTHON]... [--only RECIPE]...
                                    [--keep DIR] [--with-accelport] [--markdown]
+    python benchmarks/real_repos.py --render TABLE.json     # a saved JSON table as Markdown
 
 `--python imagenet=/path/to/venv/bin/python` runs one recipe's program with another
 interpreter (imagenet needs torchvision, which must match that interpreter's torch).
@@ -462,13 +463,19 @@ def markdown(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="checkouts of the repositories")
+    parser.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="checkouts of the repositories")
     parser.add_argument("--python", action="append", default=[], metavar="RECIPE=PYTHON", help="the interpreter for one recipe's program")
     parser.add_argument("--only", action="append", default=[], metavar="RECIPE", help="only these recipes")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep each recipe's copies, logs and change list under DIR")
     parser.add_argument("--with-accelport", action="store_true", help="let migrated code import accelport")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table instead of JSON")
+    parser.add_argument("--render", type=Path, metavar="TABLE.json", help="print this saved JSON table as Markdown; run nothing")
     args = parser.parse_args()
+    if args.render:
+        print(markdown(json.loads(args.render.read_text(encoding="utf-8"))), end="")
+        return
+    if not args.paths:
+        parser.error("give at least one PATH (or --render TABLE.json)")
     pythons = dict(item.split("=", 1) for item in args.python)
     known = {r.name for r in RECIPES}
     for name in [*pythons, *args.only]:
