@@ -126,3 +126,42 @@ def test_cudnn_deterministic_is_kept_not_broadened():
     text = migrated("import torch\n\ntorch.backends.cudnn.deterministic = False\n")
     assert "use_deterministic_algorithms" not in text.split("#")[0]
     assert text.startswith("import torch\n\ntorch.backends.cudnn.deterministic = False  # accelport: AP1402:")
+
+
+def test_index_moves_cuda_with_a_device_and_indexed_fstrings():
+    text = migrated(
+        """
+        import os
+
+        import torch
+
+        gpu_id = int(os.environ.get("LOCAL_RANK", "0"))
+        model = torch.nn.Linear(2, 2).to(gpu_id)
+        loc = f"cuda:{gpu_id}"
+
+
+        def place(x, device):
+            return x.cuda(device)
+        """
+    )
+    assert text.split('torch.device("cpu")\n\n')[1] == textwrap.dedent(
+        """\
+        gpu_id = int(os.environ.get("LOCAL_RANK", "0"))
+        model = torch.nn.Linear(2, 2).to(torch.device(DEVICE.type, gpu_id))
+        loc = f"{DEVICE.type}:{gpu_id}"
+
+
+        def place(x, device):
+            return x.to(device)
+        """
+    )
+
+
+def test_nccl_in_the_accelerator_branch_is_the_default_backend():
+    text = migrated('import torch\nimport torch.distributed as dist\n\nb = "nccl" if torch.cuda.is_available() else "gloo"\n')
+    assert body(text) == 'b = dist.get_default_backend_for_device(DEVICE) if torch.accelerator.is_available() else "gloo"'
+
+
+def test_a_cudnn_import_alias_is_no_finding(findings_in):
+    assert findings_in("import torch.backends.cudnn as cudnn\n\ncudnn.benchmark = True\n")[0].location.line == 3
+    assert len(findings_in("import torch.backends.cudnn as cudnn\n\ncudnn.benchmark = True\n")) == 1

@@ -261,13 +261,17 @@ def test_adjacent_seeds_become_one_and_comments_stay():
         "    torch.cuda.manual_seed_all(s)  # every GPU\n"
         "    torch.cuda.manual_seed_all(s + 1)\n"
     )
+    # The CPU generator is left alone, as torch.cuda's seeding left it; adjacent guards are one.
+    seed_all = 'getattr(torch.get_device_module(DEVICE), "manual_seed_all", torch.manual_seed)'
     expected = (
         "import torch\n\n"
+        'DEVICE = torch.accelerator.current_accelerator() or torch.device("cpu")\n\n'
         "torch.manual_seed(0)\n\n\n"
         "def seed(s):\n"
-        "    torch.manual_seed(s)\n"
-        "    torch.manual_seed(s)  # every GPU\n"
-        "    torch.manual_seed(s + 1)\n"
+        "    if torch.accelerator.is_available():\n"
+        "        torch.get_device_module(DEVICE).manual_seed(s)\n"
+        f"        {seed_all}(s)  # every GPU\n"
+        f"        {seed_all}(s + 1)\n"
     )
     for whole_file in (False, True):  # --diff/--check parse only what has findings; --write the whole file
         result = migrate_source(source, "seeds.py", options=Options(whole_file=whole_file))

@@ -277,7 +277,10 @@ def _rewrite_edits(source: SourceIndex, ctx: FileContext, findings: Sequence[Fin
     edits: list[Edit] = []
     import_sites = []
     for finding in findings:
-        if not finding.autofix or finding.acknowledged or not options.selects(finding.rule_id):
+        # A rule that is not fixed in general may still have a codemod for the forms that are (AP9001).
+        if finding.acknowledged or not options.selects(finding.rule_id):
+            continue
+        if not finding.autofix and finding.rule_id not in registry:
             continue
         site = source.site(finding)
         if site is None:

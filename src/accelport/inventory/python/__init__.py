@@ -316,6 +316,19 @@ def _alias_lines(ctx: PyContext, tree: ast.Module, text: str) -> set[int]:
     return found
 
 
+_INDEX_MOVE = re.compile(r"\.to\(\s*(?:self\.)?\w*(?:rank|gpu|gpu_id|device_id|device_index|ordinal)\s*[,)]", re.I)
+
+
+def _index_move_lines(text: str) -> set[int]:
+    found = set()
+    line, position = 1, 0
+    for match in _INDEX_MOVE.finditer(text):
+        line += text.count("\n", position, match.start())
+        position = match.start()
+        found.add(line)
+    return found
+
+
 def _parse(text: str, display: str, cell: int | None) -> ast.Module:
     with warnings.catch_warnings():
         # Invalid escapes and the like are the user's business (3.11 warns with DeprecationWarning, 3.12+ SyntaxWarning).
@@ -383,6 +396,10 @@ def scan_python_text(
     if aliases is not None:
         ctx.aliases = aliases
     partial = None
+    if wanted and ".to(" in text:
+        # `x.to(local_rank)` holds no CUDA token, yet an int device is an accelerator index: in a file
+        # that uses CUDA, such lines are scanned too (rules/calls.py decides).
+        wanted = wanted | _index_move_lines(text)
     if wanted is not None and cell is None:
         starts = chunks.statement_starts(data if data is not None else text.encode("utf-8", "surrogatepass"), edges)
         partial = _parse_needed(ctx, text, lines, wanted | parse_also if parse_also else wanted, starts)

@@ -19,7 +19,7 @@ from accelport.migrate.codemods import (
     replace_with,
 )
 from accelport.migrate.context import FileContext
-from accelport.migrate.edits import Edit
+from accelport.migrate.edits import Edit, code
 from accelport.migrate.source import Site
 
 AMP_MODULE = "torch.cuda.amp"
@@ -48,6 +48,35 @@ def _short(symbol: str) -> str:
     return symbol.rsplit(".", 1)[1]
 
 
+_ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.Integer)
+
+
+def enabled_only_on_accelerators(call: cst.Call, device_type: str, quote: str) -> cst.Call:
+    """Add `enabled=DEVICE.type != "cpu"` (or `and` it to the given one).
+
+    CUDA autocast and GradScaler disable themselves where CUDA is missing; the CPU's are real
+    (autocast computes in bfloat16, GradScaler scales by 65536). So on a machine without an
+    accelerator the migrated code keeps them off, as the original was, and on any accelerator on.
+    """
+    on_accelerator = f"{device_type} != {quote}cpu{quote}"
+    args = list(call.args)
+    for index, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == "enabled":
+            value = arg.value
+            if isinstance(value, cst.Name) and value.value in ("True", "False"):
+                if value.value == "True":
+                    args[index] = arg.with_changes(value=parse(on_accelerator))
+                return call.with_changes(args=args)
+            text = code(value) if isinstance(value, _ATOMS) or value.lpar else f"({code(value)})"
+            args[index] = arg.with_changes(value=parse(f"{text} and {on_accelerator}"))
+            return call.with_changes(args=args)
+    if any(arg.star for arg in args):
+        fail("arguments unpacked with * or **: cannot tell whether `enabled` is given")
+    return append_args(call, new_arg(on_accelerator, keyword="enabled")) if args else call.with_changes(
+        args=[new_arg(on_accelerator, keyword="enabled")]
+    )
+
+
 @codemod("AP1201")
 def autocast(site: Site, ctx: FileContext) -> Edit | None:
     if not isinstance(site.node, ast.Attribute | ast.Name) or _short(site.symbol) != "autocast":
@@ -58,9 +87,11 @@ def autocast(site: Site, ctx: FileContext) -> Edit | None:
     func = _spelled(site, ctx, "torch.amp.autocast")
     device_type = ctx.device_type(site)
 
+    quote = site.quote
+
     def rewrite(node: cst.BaseExpression) -> cst.BaseExpression:
         args = positional_to_keywords(node, _AUTOCAST_ARGS)
-        node = node.with_changes(func=parse(func), args=args)
+        node = enabled_only_on_accelerators(node.with_changes(func=parse(func), args=args), device_type, quote)
         return prepend_args(node, new_arg(device_type))
 
     return expr_edit(site, call, rewrite)
@@ -69,8 +100,17 @@ def autocast(site: Site, ctx: FileContext) -> Edit | None:
 @codemod("AP1202")
 def grad_scaler(site: Site, ctx: FileContext) -> Edit | None:
     device_type = ctx.device_type(site)
+    quote = site.quote
+
+    def scaler(node: cst.BaseExpression, func: str | None = None) -> cst.BaseExpression:
+        if func is not None:
+            node = node.with_changes(func=parse(func))
+        if sum(1 for a in node.args if a.keyword is None) >= 5:
+            fail("enabled given by position")
+        return prepend_args(enabled_only_on_accelerators(node, device_type, quote), new_arg(device_type))
+
     if isinstance(site.node, ast.Call):  # torch.amp.GradScaler() without a device
-        return expr_edit(site, site.node, lambda node: prepend_args(node, new_arg(device_type)))
+        return expr_edit(site, site.node, scaler)
     if not isinstance(site.node, ast.Attribute | ast.Name) or _short(site.symbol) != "GradScaler":
         return None
     func = _spelled(site, ctx, "torch.amp.GradScaler")
@@ -79,7 +119,7 @@ def grad_scaler(site: Site, ctx: FileContext) -> Edit | None:
         return None if func == site.text() else replace_with(site, site.node, func)
     if any(k.arg == "device" for k in call.keywords):
         return replace_with(site, site.node, func)
-    return expr_edit(site, call, lambda node: prepend_args(node.with_changes(func=parse(func)), new_arg(device_type)))
+    return expr_edit(site, call, lambda node: scaler(node, func))
 
 
 @codemod("AP1203")

@@ -7,6 +7,7 @@ import re
 
 import libcst as cst
 
+from accelport.inventory.python.context import DEVICE_NAME_RE
 from accelport.migrate.codemods import (
     called,
     codemod,
@@ -69,6 +70,39 @@ def _device_argument(site: Site, ctx: FileContext) -> str | None:
     return None
 
 
+_AMP_CALLS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler", "torch.GradScaler"})
+
+
+def _amp_call(site: Site, ctx: FileContext) -> ast.Call | None:
+    """The autocast / GradScaler call whose device type the string is (first argument or `device_type=`)."""
+    parent = site.parent
+    if isinstance(parent, ast.keyword) and parent.arg == "device_type" and len(site.parents) > 1:
+        parent = site.parents[1]
+    if isinstance(parent, ast.Call) and ctx.qualname(parent.func) in _AMP_CALLS:
+        return parent
+    return None
+
+
+def _amp_device_type(site: Site, ctx: FileContext, call: ast.Call) -> Edit:
+    """torch.autocast("cuda") -> torch.autocast(DEVICE.type, enabled=DEVICE.type != "cpu") (see amp.py)."""
+    from accelport.migrate.codemods.amp import enabled_only_on_accelerators
+
+    device_type, quote = ctx.device_type(site), site.quote
+    position = next((i for i, a in enumerate(call.args) if a is site.node), None)
+    keyword = None if position is not None else "device_type"
+
+    def retype(expr: cst.BaseExpression) -> cst.BaseExpression:
+        if not isinstance(expr, cst.Call):
+            fail("expected an autocast or GradScaler call")
+        args = list(expr.args)
+        for index, arg in enumerate(args):
+            if (keyword is None and index == position) or (arg.keyword is not None and arg.keyword.value == keyword):
+                args[index] = arg.with_changes(value=parse(device_type))
+        return enabled_only_on_accelerators(expr.with_changes(args=args), device_type, quote)
+
+    return expr_edit(site, call, retype)
+
+
 def _torch_device_call(site: Site, ctx: FileContext) -> ast.Call | None:
     """`torch.device("cuda")`, the string its only argument."""
     parent = site.parent
@@ -86,6 +120,9 @@ def _torch_device_call(site: Site, ctx: FileContext) -> ast.Call | None:
 @codemod("AP1001", "AP1003")
 def device_string(site: Site, ctx: FileContext) -> Edit | None:
     node = site.node
+    if site.symbol == ".to(index)" and isinstance(node, ast.Name | ast.Attribute):
+        # x.to(local_rank) -> x.to(torch.device(DEVICE.type, local_rank)): the accelerator with that index, or the CPU.
+        return replace_with(site, node, f"{ctx.path('torch.device')}({ctx.device_type(site)}, {site.text()})")
     if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
         return None
     value = node.value
@@ -97,6 +134,9 @@ def device_string(site: Site, ctx: FileContext) -> Edit | None:
             return replace_with(site, whole_call, f"{ctx.path('torch.device')}({ctx.device_type(site)}, {index})")
         return replace_with(site, whole_call, ctx.device(site, typed=True))
     position = _device_argument(site, ctx) if site.rule_id == "AP1001" else None
+    amp_call = _amp_call(site, ctx) if position == "type" and value == "cuda" else None
+    if amp_call is not None:
+        return _amp_device_type(site, ctx, amp_call)
     if position == "device":
         if index:
             return replace_with(site, node, f"{ctx.path('torch.device')}({ctx.device_type(site)}, {index})")
@@ -104,9 +144,12 @@ def device_string(site: Site, ctx: FileContext) -> Edit | None:
     return replace_with(site, node, _string_form(site, ctx, value))
 
 
-@codemod("AP1002")
+@codemod("AP1002", "AP1007")
 def device_fstring(site: Site, ctx: FileContext) -> Edit | None:
+    """f"cuda:{rank}" -> f"{DEVICE.type}:{rank}" (AP1007: an f-string of that shape anywhere: it names a device)."""
     node = site.node
+    if site.rule_id == "AP1007" and not isinstance(node, ast.JoinedStr):
+        return None
     device_type = ctx.device_type(site)
     parent = site.parent
     if isinstance(node, ast.JoinedStr):
@@ -199,6 +242,9 @@ def cuda_method(site: Site, ctx: FileContext) -> Edit | None:
         return None
     if index_node is not None and isinstance(index_node, ast.Constant) and index_node.value is None:
         index_node = None
+    if index_node is not None and _names_a_device(index_node):
+        # x.cuda(device) with a device (not an index) -> x.to(device)
+        return expr_edit(site, call, lambda node: node.with_changes(func=node.func.with_changes(attr=cst.Name("to"))))
     if index_node is not None and not _looks_like_index(index_node):
         return None
     device = ctx.device(site) if index_node is None else None
@@ -234,6 +280,11 @@ def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
 
+def _names_a_device(node: ast.AST) -> bool:
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+    return isinstance(name, str) and DEVICE_NAME_RE.fullmatch(name) is not None
+
+
 def _looks_like_index(node: ast.AST) -> bool:
     if isinstance(node, ast.Constant):
         return isinstance(node.value, int) and not isinstance(node.value, bool)
@@ -243,19 +294,36 @@ def _looks_like_index(node: ast.AST) -> bool:
 
 @codemod("AP1005")
 def is_cuda(site: Site, ctx: FileContext) -> Edit | None:
-    """x.is_cuda -> x.device.type == DEVICE.type"""
+    """x.is_cuda -> x.device.type == DEVICE.type and DEVICE.type != "cpu" (on an accelerator, as is_cuda is on CUDA)."""
     node = site.node
     if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
         return None
     device_type = ctx.device_type(site)
+    cpu = f"{site.quote}cpu{site.quote}"
+    # `assert x.is_cuda` can only fail without CUDA: there it checks that x is where migrate moved it.
+    asserted = _asserted(site)
 
     def compare(attribute: cst.BaseExpression) -> cst.BaseExpression:
         if not isinstance(attribute, cst.Attribute):
             fail("expected x.is_cuda")
         receiver = _code(attribute.value)
-        return maybe_parens(site, node, parse(f"{receiver}.device.type == {device_type}"), "compare")
+        if asserted:
+            return maybe_parens(site, node, parse(f"{receiver}.device.type == {device_type}"), "compare")
+        return maybe_parens(site, node, parse(f"{receiver}.device.type == {device_type} and {device_type} != {cpu}"), "and")
 
     return expr_edit(site, node, compare)
+
+
+def _asserted(site: Site) -> bool:
+    """Is the node what an `assert` requires (its test, or an operand of an `and` that is)?"""
+    child = site.node
+    for parent in site.parents:
+        if isinstance(parent, ast.Assert):
+            return parent.test is child
+        if not (isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And)):
+            return False
+        child = parent
+    return False
 
 
 _NEGATED = (ast.NotEq, ast.NotIn, ast.IsNot)

@@ -21,6 +21,29 @@ def nccl_backend(site: Site, ctx: FileContext) -> Edit | None:
     return None
 
 
+@codemod("AP9001")
+def nccl_when_available(site: Site, ctx: FileContext) -> Edit | None:
+    """"nccl" if torch.cuda.is_available() else "gloo" -> the accelerator's default backend in that branch.
+
+    Only the branch taken when an accelerator is available: there "nccl" names the collective
+    library of the device in use. Anywhere else "nccl" stays, with its marker.
+    """
+    node, parent = site.node, site.parent
+    if not (isinstance(node, ast.Constant) and node.value == "nccl" and isinstance(parent, ast.IfExp)):
+        return None
+    test, negated = parent.test, False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, negated = test.operand, True
+    if not (isinstance(test, ast.Call) and not test.args and ctx.qualname(test.func) in _AVAILABILITY):
+        return None
+    if (parent.orelse if negated else parent.body) is not node:
+        return None
+    return replace_with(site, node, f"{ctx.dist()}.get_default_backend_for_device({ctx.module_device(site)})")
+
+
+_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
+
+
 @codemod("AP1302")
 def ddp_device_ids(site: Site, ctx: FileContext) -> Edit | None:
     """device_ids=[local_rank] -> device_ids=[local_rank] if DEVICE.type != "cpu" else None; output_device alike.

@@ -99,6 +99,7 @@ def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
         dropped = _repeated_seed(site, ctx, call)
         if dropped is not None:
             return dropped
+        return _accelerator_seed(site, ctx, call, symbol.rsplit(".", 1)[1])
     path = portable_path(entry)
     if path is None:
         return None
@@ -168,7 +169,7 @@ def _seed_call(ctx: FileContext, statement: ast.stmt | None) -> tuple[str, str] 
 
 
 def _repeated_seed(site: Site, ctx: FileContext, call: ast.Call) -> Edit | None:
-    """Drop `torch.cuda.manual_seed_all(s)` next to `torch.manual_seed(s)`: both become torch.manual_seed(s).
+    """Drop `torch.cuda.manual_seed_all(s)` next to `torch.manual_seed(s)`, which seeds every device already.
 
     Only for adjacent statements with the same argument (nothing runs between them, so one call
     does what the two did) and a line without a comment (a comment is never dropped).
@@ -189,8 +190,9 @@ def _repeated_seed(site: Site, ctx: FileContext, call: ast.Call) -> Edit | None:
         index = next(i for i, s in enumerate(siblings) if s is statement)
     before = _seed_call(ctx, siblings[index - 1]) if index > 0 else None
     after = _seed_call(ctx, siblings[index + 1]) if index + 1 < len(siblings) else None
-    repeated = (before is not None and before[1] == this[1]) or (
-        after is not None and after[1] == this[1] and not after[0].startswith("torch.cuda.")
+    # Only torch.manual_seed(s) itself (it seeds every device) makes the accelerator's seeding redundant.
+    repeated = any(
+        other is not None and other[1] == this[1] and not other[0].startswith("torch.cuda.") for other in (before, after)
     )
     if not repeated:
         return None
@@ -200,25 +202,39 @@ def _repeated_seed(site: Site, ctx: FileContext, call: ast.Call) -> Edit | None:
     return stmt_edit(site, statement, lambda line: [])
 
 
+def _accelerator_seed(site: Site, ctx: FileContext, call: ast.Call, name: str) -> Edit | None:
+    """torch.cuda.manual_seed_all(s) -> the accelerator's own generators seeded, behind is_available().
+
+    Not torch.manual_seed(s): that also reseeds the CPU generator, which torch.cuda's never did
+    (without CUDA it does nothing at all), so the CPU's random numbers would change.
+    """
+    module = f"{ctx.path('torch.get_device_module')}({ctx.device(site)})"
+    quote = site.quote
+    seed = f"getattr({module}, {quote}{name}{quote}, {ctx.path('torch.manual_seed')})" if name == "manual_seed_all" else f"{module}.{name}"
+    return _guarded(site, ctx, call, seed, {"guard": True, "fallback": "None"})
+
+
 def _guarded(site: Site, ctx: FileContext, call: ast.Call, new_func: str, entry: dict) -> Edit | None:
     """torch.cuda.X(...) -> torch.accelerator.Y(...) behind torch.accelerator.is_available()."""
     if _already_guarded(site, ctx):
         return replace_with(site, site.node, new_func)
     available = f"{ctx.path('torch.accelerator.is_available')}()"
     statement = statement_call(site, call)
-    if statement is not None and site.source.alone_on_its_lines(statement):
+    if statement is not None and site.source.alone_on_its_lines(statement) and site.source.start(statement) == site.source.start(site.node):
+        # The statement's lines, its call renamed and indented under the guard. Written as text, not
+        # through libcst: the call's own arguments (already rewritten inside) are kept as they are.
+        source = site.source
+        indent = source.indentation(statement.lineno)
+        func = source.text_of(site.node)
 
-        def guard(line: cst.SimpleStatementLine) -> cst.BaseStatement:
-            expr = line.body[0]
-            if len(line.body) != 1 or not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
-                fail("expected a call statement")
-            inner = line.with_changes(body=[expr.with_changes(value=expr.value.with_changes(func=parse(new_func)))])
-            return cst.If(test=parse(available), body=cst.IndentedBlock(body=[inner]), leading_lines=line.leading_lines)
+        def guard(fragment: str, layout) -> str:
+            if not fragment.startswith(indent + func):
+                fail("expected the statement to start with the call")
+            rest = fragment[len(indent) + len(func) :]
+            return f"{indent}if {available}:{layout.newline}{indent}{layout.indent_unit}{new_func}{rest}"
 
-        edit = stmt_edit(site, statement, guard)
-        if edit is not None:
-            edit.header = f"if {available}:"
-        return edit
+        start, end = source.line_span(statement.lineno, statement.end_lineno)
+        return Edit(start, end, "lines", transform=guard, site=site, indent=indent, header=f"if {available}:")
     fallback = entry.get("fallback")
     if fallback is None:
         return replace_with(site, site.node, new_func)

@@ -18,14 +18,14 @@ class Scale(torch.autograd.Function):
 
 
 def train(model, x, use_amp):
-    scaler = GradScaler(DEVICE.type, enabled=use_amp)
-    other = torch.amp.GradScaler(DEVICE.type, init_scale=1024.0)
-    plain = torch.amp.GradScaler(DEVICE.type)
-    with autocast(DEVICE.type, enabled=use_amp):
+    scaler = GradScaler(DEVICE.type, enabled=use_amp and DEVICE.type != "cpu")
+    other = torch.amp.GradScaler(DEVICE.type, init_scale=1024.0, enabled=DEVICE.type != "cpu")
+    plain = torch.amp.GradScaler(DEVICE.type, enabled=DEVICE.type != "cpu")
+    with autocast(DEVICE.type, enabled=use_amp and DEVICE.type != "cpu"):
         loss = model(x).sum()
-    with torch.amp.autocast(DEVICE.type, enabled=True, dtype=torch.bfloat16):
+    with torch.amp.autocast(DEVICE.type, enabled=DEVICE.type != "cpu", dtype=torch.bfloat16):
         loss = loss + model(x).sum()
-    with cuda_amp.autocast(DEVICE.type):
+    with cuda_amp.autocast(DEVICE.type, enabled=DEVICE.type != "cpu"):
         loss = loss * 1
     scaler.scale(loss).backward()
     return scaler, other, plain

@@ -9,8 +9,9 @@ def setup(local_rank):
     if torch.accelerator.is_available() and torch.accelerator.device_count() > 1:
         torch.accelerator.set_device_index(local_rank)
     index = torch.accelerator.current_device_index() if torch.accelerator.is_available() else 0
-    torch.manual_seed(0)
-    torch.manual_seed(1)
+    if torch.accelerator.is_available():
+        getattr(torch.get_device_module(DEVICE), "manual_seed_all", torch.manual_seed)(0)
+        torch.get_device_module(DEVICE).manual_seed(1)
     return index
 
 

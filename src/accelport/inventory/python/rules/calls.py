@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from accelport.inventory.python.context import DEVICE_RE, PyContext, is_device_string
 from accelport.inventory.python.rules import on
@@ -97,6 +98,13 @@ def check_device_value(ctx: PyContext, node: ast.AST | None, rule_id: str = "AP1
 
 
 _AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
+# Names that hold a device index (a local rank), never a dtype or a device.
+_INDEX_NAME = re.compile(r"(?i)(?:.*_)?(?:rank|gpu|gpu_id|gpu_index|device_id|device_index|device_ordinal|ordinal)")
+
+
+def _names_an_index(node: ast.AST) -> bool:
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+    return isinstance(name, str) and _INDEX_NAME.fullmatch(name) is not None
 
 
 def _tests_availability(ctx: PyContext, test: ast.AST) -> bool:
@@ -159,7 +167,9 @@ def device_arguments(ctx: PyContext, node: ast.Call) -> None:
         check_device_value(ctx, node.args[0])
     if isinstance(func, ast.Attribute) and qualname is None:
         if func.attr in ("to", "to_empty") and node.args:
-            check_device_value(ctx, node.args[0])
+            if not check_device_value(ctx, node.args[0]) and _names_an_index(node.args[0]):
+                # x.to(local_rank): an int device is an accelerator index (none on a CPU-only machine).
+                ctx.report("AP1001", node.args[0], ".to(index)", replacement="torch.device(device.type, index)")
         elif func.attr == "cuda":
             ctx.report("AP1004", func, ".cuda()", replacement=".to(device)")
         elif func.attr == "pin_memory" and not node.args and not only_with_accelerator(ctx, node):

@@ -36,6 +36,9 @@ def _report_imported(ctx: PyContext, alias: ast.alias, qualname: str) -> None:
     found = lookup_api(qualname)
     if found is not None:
         _symbol, entry = found
+        if entry.get("kind") == "module" and qualname.startswith("torch.backends."):
+            # `import torch.backends.cudnn as cudnn`: a namespace of switches, each judged where it is used.
+            return
         ctx.report(entry["rule"], alias, qualname, replacement=entry.get("replacement"), entry=entry)
         return
     package = lookup_package(qualname)
