@@ -101,3 +101,13 @@ def test_recipes_match_a_checkout_or_the_project_folder_in_it(bench, tmp_path):
         ("examples-imagenet", tmp_path / "examples" / "imagenet")
     ]
     assert bench.recipes_for(tmp_path) == []
+
+
+def test_progress_lines_of_ranks_that_ran_into_each_other_still_agree(bench):
+    ddp = next(r for r in bench.RECIPES if r.loss is None)
+    line = "[GPU{}] Epoch 0 | Batchsize: 64 | Steps: 16"
+    apart = bench.Run(0, [line.format(0), line.format(1)], 1.0)
+    glued = bench.Run(0, [line.format(0) + line.format(1)], 1.0)
+    assert bench._curves(ddp, glued, apart, None)["verdict"].endswith("its progress lines agree")
+    one_rank = bench.Run(0, [line.format(0)], 1.0)
+    assert bench._curves(ddp, one_rank, apart, None)["verdict"].endswith("its progress lines differ")
