@@ -111,6 +111,20 @@ def test_in_a_package_the_helper_sits_in_the_top_package_and_is_imported_relativ
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_a_relative_helper_import_joins_the_same_modules_import(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text("Net = None\n")
+    source = "import os\n\nimport torch\n\nfrom . import Net, model\n\nprint(os, Net, model)\ntorch.cuda.Event()\n"
+    (package / "train.py").write_text(source)
+    write_files(migrate([str(tmp_path)], jobs=1).changed_files)
+    text = (package / "train.py").read_text()
+    assert "from . import Net, _accelport_compat, model\n" in text
+    lint = [str(RUFF), "check", "--isolated", "--select", "I", "pkg/train.py"]
+    assert subprocess.run(lint, cwd=tmp_path, capture_output=True, text=True, timeout=60).returncode == 0
+
+
 def test_added_imports_are_where_isort_puts_them(tmp_path):
     """A file ruff's isort rules accept before migration, it accepts after (helper and `import torch` added)."""
     cases = {
@@ -147,3 +161,13 @@ def test_a_users_own_module_of_that_name_is_never_overwritten(tmp_path):
     assert failed.path.endswith("_accelport_compat.py") and "--helpers-module" in failed.error
     write_files(result.changed_files)
     assert (tmp_path / "_accelport_compat.py").read_text() == "MINE = 1\n"
+
+
+def test_cli_helpers_options(cli, tmp_path):
+    (tmp_path / "train.py").write_text(EVENTS)
+    package = cli("migrate", tmp_path, "--helpers", "package")
+    assert package.code == 0 and "+import accelport.compat" in package.out and "_accelport_compat" not in package.out
+    named = cli("migrate", tmp_path, "--helpers-module", "gpu_helpers")
+    assert named.code == 0 and "+import gpu_helpers" in named.out and f"+++ b/{tmp_path}/gpu_helpers.py" in named.out
+    bad = cli("migrate", tmp_path, "--helpers-module", "not-a-name")
+    assert bad.code == 2 and "--helpers-module not-a-name" in bad.err

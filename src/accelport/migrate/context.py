@@ -312,6 +312,11 @@ class FileContext:
         new = ast.parse(statement).body[0]
         rank = _SECTIONS.index(section)
         key = _import_key(new)
+        if isinstance(new, ast.ImportFrom):
+            twin = next((s for s in block if isinstance(s, ast.ImportFrom) and (s.module, s.level) == (new.module, new.level)), None)
+            merged = self._merged_import(twin, new) if twin is not None else None
+            if merged is not None:
+                return merged
         same = [s for s in block if _SECTIONS.index(_section_of(s, self.helper.first_party)) == rank]
         if same:
             later = next((s for s in same if _import_key(s) > key), None)
@@ -322,6 +327,17 @@ class FileContext:
         if later is not None:
             return Edit(*[self.source.line_starts[later.lineno - 1]] * 2, "insert", text=statement + nl + nl)
         return Edit(*[self._end_of(block[-1])] * 2, "insert", text=nl + statement + nl)
+
+    def _merged_import(self, twin: ast.ImportFrom, new: ast.ImportFrom) -> Edit | None:
+        """`from . import model` + `from . import helper` -> `from . import helper, model`, as isort joins them."""
+        line = self.source.line(twin.lineno)
+        if twin.end_lineno != twin.lineno or "#" in line or "(" in line or any(a.name == "*" for a in twin.names):
+            return None
+        names = sorted([*twin.names, *new.names], key=lambda a: _member_key(a.name))
+        listed = ", ".join(a.name if a.asname is None else f"{a.name} as {a.asname}" for a in names)
+        text = f"from {'.' * twin.level}{twin.module or ''} import {listed}"
+        start, end = self.source.start(twin), self.source.end(twin)
+        return Edit(start, end, "lines", transform=lambda _fragment, _layout: text)
 
     def _end_of(self, statement: ast.stmt) -> int:
         return self.source.line_span(statement.end_lineno, statement.end_lineno)[1]
@@ -407,6 +423,12 @@ def _import_key(stmt: ast.Import | ast.ImportFrom) -> tuple:
         return (1, -stmt.level, _natural(module.lower()), module)
     module = stmt.names[0].name
     return (0, 0, _natural(module.lower()), module)
+
+
+def _member_key(name: str) -> tuple:
+    """isort's order of the names in one `from x import ...` (ruff's defaults): CONSTANTS, Classes, then the rest."""
+    kind = 0 if len(name) > 1 and name.isupper() else 1 if name[:1].isupper() else 2
+    return (kind, _natural(name.lower()), name)
 
 
 def _natural(text: str) -> tuple:

@@ -159,6 +159,59 @@ def maybe_parens(site: Site, node: ast.AST, expr: cst.BaseExpression, kind: str)
     return parenthesize(expr) if needs_parens(site, node, kind) else expr
 
 
+# --------------------------------------------------------------------------- reached only with an accelerator
+
+
+_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
+
+
+def _tests_availability(ctx: FileContext, test: ast.AST) -> bool:
+    """`torch.cuda.is_available()` / `torch.accelerator.is_available()`, alone or as an `and` operand."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_tests_availability(ctx, value) for value in test.values)
+    return isinstance(test, ast.Call) and not test.args and ctx.qualname(test.func) in _AVAILABILITY
+
+
+def already_guarded(site: Site, ctx: FileContext) -> bool:
+    """Is the site only reached when an accelerator is available (inside `if ...is_available():` and the like)?
+
+    Then the rewrite needs no guard of its own; adding one doubled the test, and a second
+    migration of migrated code added it again.
+    """
+    child: ast.AST = site.node
+    for parent in site.parents:
+        if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            return False
+        if isinstance(parent, ast.If | ast.IfExp | ast.While) and child is not parent.test:
+            body = parent.body if isinstance(parent.body, list) else [parent.body]
+            orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
+            if any(child is s for s in body) and _tests_availability(ctx, parent.test):
+                return True
+            test = parent.test
+            negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+            if negated and any(child is s for s in orelse) and _tests_availability(ctx, test.operand):
+                return True
+        if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
+            position = next(i for i, v in enumerate(parent.values) if v is child)
+            if any(_tests_availability(ctx, v) for v in parent.values[:position]):
+                return True
+        child = parent
+    return False
+
+
+# Where an expression is a value (assigned, returned, passed), not a key, a comparand or a name.
+_VALUE_POSITIONS = {
+    (ast.Assign, "value"), (ast.AnnAssign, "value"), (ast.Return, "value"), (ast.keyword, "value"),
+    (ast.Call, "args"), (ast.Tuple, "elts"), (ast.List, "elts"), (ast.NamedExpr, "value"),
+    (ast.IfExp, "body"), (ast.IfExp, "orelse"), (ast.Lambda, "body"), (ast.Dict, "values"),
+}  # fmt: skip
+
+
+def in_value_position(site: Site) -> bool:
+    parent = site.parent
+    return parent is not None and (type(parent), _field_of(parent, site.node)) in _VALUE_POSITIONS
+
+
 # --------------------------------------------------------------------------- call shapes
 
 

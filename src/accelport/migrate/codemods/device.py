@@ -9,10 +9,12 @@ import libcst as cst
 
 from accelport.inventory.python.context import DEVICE_NAME_RE
 from accelport.migrate.codemods import (
+    already_guarded,
     called,
     codemod,
     expr_edit,
     fail,
+    in_value_position,
     maybe_parens,
     new_arg,
     parse,
@@ -149,7 +151,7 @@ def device_fstring(site: Site, ctx: FileContext) -> Edit | None:
     """f"cuda:{rank}" -> f"{DEVICE.type}:{rank}" (AP1007: an f-string of that shape anywhere: it names a device)."""
     node = site.node
     if site.rule_id == "AP1007" and not isinstance(node, ast.JoinedStr):
-        return None
+        return _device_string_with_accelerator(site, ctx)
     device_type = ctx.device_type(site)
     parent = site.parent
     if isinstance(node, ast.JoinedStr):
@@ -216,6 +218,17 @@ def device_fstring(site: Site, ctx: FileContext) -> Edit | None:
             return expr_edit(site, node, retemplate)
         return replace_with(site, node.func.value, _fstring_literal(site, node.func.value, device_type))
     return None
+
+
+def _device_string_with_accelerator(site: Site, ctx: FileContext) -> Edit | None:
+    """"cuda" as a value reached only with an accelerator (`if torch.cuda.is_available(): d = "cuda"`) -> DEVICE.type."""
+    node = site.node
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, str) and _CUDA_INDEX.fullmatch(node.value)):
+        return None
+    if not in_value_position(site) or not already_guarded(site, ctx):
+        return None
+    device_type, index, quote = f"{ctx.module_device(site)}.type", _index(node.value), site.quote
+    return replace_with(site, node, f"f{quote}{{{device_type}}}:{index}{quote}" if index else device_type)
 
 
 def _fstring_literal(site: Site, literal: ast.Constant, device_type: str) -> str:

@@ -6,7 +6,14 @@ import ast
 
 import libcst as cst
 
-from accelport.migrate.codemods import codemod, expr_edit, parse, replace_with
+from accelport.migrate.codemods import (
+    already_guarded,
+    codemod,
+    expr_edit,
+    in_value_position,
+    parse,
+    replace_with,
+)
 from accelport.migrate.context import FileContext
 from accelport.migrate.edits import Edit, code
 from accelport.migrate.source import Site
@@ -25,23 +32,16 @@ def nccl_backend(site: Site, ctx: FileContext) -> Edit | None:
 def nccl_when_available(site: Site, ctx: FileContext) -> Edit | None:
     """"nccl" if torch.cuda.is_available() else "gloo" -> the accelerator's default backend in that branch.
 
-    Only the branch taken when an accelerator is available: there "nccl" names the collective
-    library of the device in use. Anywhere else "nccl" stays, with its marker.
+    Only where the value is reached with an accelerator available (that branch, or the body of
+    `if torch.cuda.is_available():`): there "nccl" names the collective library of the device in
+    use. Anywhere else "nccl" stays, with its marker.
     """
-    node, parent = site.node, site.parent
-    if not (isinstance(node, ast.Constant) and node.value == "nccl" and isinstance(parent, ast.IfExp)):
+    node = site.node
+    if not (isinstance(node, ast.Constant) and node.value == "nccl") or not in_value_position(site):
         return None
-    test, negated = parent.test, False
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        test, negated = test.operand, True
-    if not (isinstance(test, ast.Call) and not test.args and ctx.qualname(test.func) in _AVAILABILITY):
-        return None
-    if (parent.orelse if negated else parent.body) is not node:
+    if not already_guarded(site, ctx):
         return None
     return replace_with(site, node, f"{ctx.dist()}.get_default_backend_for_device({ctx.module_device(site)})")
-
-
-_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
 
 
 @codemod("AP1302")

@@ -16,6 +16,7 @@ import libcst as cst
 
 from accelport.inventory.python.context import lookup_api
 from accelport.migrate.codemods import (
+    already_guarded,
     called,
     codemod,
     expr_edit,
@@ -88,7 +89,7 @@ def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
 
         def bf16(c: cst.BaseExpression) -> cst.BaseExpression:
             checked = prepend_args(c.with_changes(func=parse(func)), new_arg(device))
-            if _already_guarded(site, ctx):
+            if already_guarded(site, ctx):
                 return checked
             return maybe_parens(site, call, parse(f"{code(checked)} if {available} else False"), "ifexp")
 
@@ -119,42 +120,7 @@ def torch_cuda_api(site: Site, ctx: FileContext) -> Edit | None:
     return _guarded(site, ctx, call, new_func, entry)
 
 
-_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.accelerator.is_available"})
 _SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all"})
-
-
-def _tests_availability(ctx: FileContext, test: ast.AST) -> bool:
-    """`torch.cuda.is_available()` / `torch.accelerator.is_available()`, alone or as an `and` operand."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return any(_tests_availability(ctx, value) for value in test.values)
-    return isinstance(test, ast.Call) and not test.args and ctx.qualname(test.func) in _AVAILABILITY
-
-
-def _already_guarded(site: Site, ctx: FileContext) -> bool:
-    """Is the site only reached when an accelerator is available (inside `if ...is_available():` and the like)?
-
-    Then the rewrite needs no guard of its own; adding one doubled the test, and a second
-    migration of migrated code added it again.
-    """
-    child: ast.AST = site.node
-    for parent in site.parents:
-        if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-            return False
-        if isinstance(parent, ast.If | ast.IfExp | ast.While) and child is not parent.test:
-            body = parent.body if isinstance(parent.body, list) else [parent.body]
-            orelse = parent.orelse if isinstance(parent.orelse, list) else [parent.orelse]
-            if any(child is s for s in body) and _tests_availability(ctx, parent.test):
-                return True
-            test = parent.test
-            negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-            if negated and any(child is s for s in orelse) and _tests_availability(ctx, test.operand):
-                return True
-        if isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And):
-            position = next(i for i, v in enumerate(parent.values) if v is child)
-            if any(_tests_availability(ctx, v) for v in parent.values[:position]):
-                return True
-        child = parent
-    return False
 
 
 def _seed_call(ctx: FileContext, statement: ast.stmt | None) -> tuple[str, str] | None:
@@ -216,7 +182,7 @@ def _accelerator_seed(site: Site, ctx: FileContext, call: ast.Call, name: str) -
 
 def _guarded(site: Site, ctx: FileContext, call: ast.Call, new_func: str, entry: dict) -> Edit | None:
     """torch.cuda.X(...) -> torch.accelerator.Y(...) behind torch.accelerator.is_available()."""
-    if _already_guarded(site, ctx):
+    if already_guarded(site, ctx):
         return replace_with(site, site.node, new_func)
     available = f"{ctx.path('torch.accelerator.is_available')}()"
     statement = statement_call(site, call)
