@@ -13,7 +13,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q $(FIND_LINKS) -c constraints.txt -e '.[torch,kernels,pools,dev]'
+	$(BIN)/pip install -q $(FIND_LINKS) -c constraints.txt -e '.[torch,profile,plots,kernels,pools,dev]'
 	@touch $@
 
 demo: setup

@@ -35,6 +35,23 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", encoding: str | N
         raise
 
 
+@contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary path beside `path` for a tool that writes by file name (a compiler, torch's
+    trace export); renamed over `path` when the block ends without an error, removed otherwise.
+    A block that leaves nothing at the temporary path changes nothing."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        if tmp.exists():
+            os.replace(tmp, target)
+    finally:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     with atomic_open(path, "w") as handle:
         handle.write(text)

@@ -187,20 +187,23 @@ def _built(stem: str, source: Path, attempts: Sequence[Sequence[Step]], key: Seq
 
 def build_library(cc: list[str], source: Path, path: Path, attempts: Sequence[Sequence[Step]]) -> None:
     """Run the first attempt whose steps all succeed, writing `path` by rename (never half-written)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    from accelport.fileio import atomic_path
+
     obj = path.with_name(f"{path.name}.{os.getpid()}.o")
-    names = {"{src}": str(source), "{obj}": str(obj), "{out}": str(tmp)}
     errors: list[str] = []
     try:
         for steps in attempts:
-            if all(_run([*cc, *(names.get(word, word) for word in step)], cc[0], errors) for step in steps):
-                os.replace(tmp, path)
+            with atomic_path(path) as tmp:  # renamed into place only when every step of the attempt succeeded
+                names = {"{src}": str(source), "{obj}": str(obj), "{out}": str(tmp)}
+                built = all(_run([*cc, *(names.get(word, word) for word in step)], cc[0], errors) for step in steps)
+                if not built:
+                    tmp.unlink(missing_ok=True)
+            if built:
                 log.debug("built %s (%s)", path, "; ".join(" ".join(step) for step in steps))
                 return
     finally:
-        for leftover in (tmp, obj):
-            with contextlib.suppress(OSError):
-                leftover.unlink()
+        with contextlib.suppress(OSError):
+            obj.unlink()
     raise RuntimeError(f"{cc[0]} could not build {source.name}: {errors[-1] if errors else 'no build commands'}")
 
 

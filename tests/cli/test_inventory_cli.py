@@ -123,3 +123,39 @@ def test_output_under_a_file_names_the_file(cli, tmp_path):
     assert result.code == 2
     assert f"{blocker} is a file, not a folder" in result.err and "File exists" not in result.err
     assert blocker.read_text() == "keep me"
+
+
+def test_select_ignore_fail_on_and_pyproject_defaults(cli, tmp_path):
+    import json
+
+    tree = tmp_path / "proj"
+    tree.mkdir()
+    (tree / "train.py").write_text("import torch\nx = torch.zeros(2).cuda()\ntorch.cuda.synchronize()\n")
+    rules = {f["rule_id"] for f in json.loads(cli("inventory", tree, "--format", "json").out)["findings"]}
+    assert len(rules) >= 2
+    kept = sorted(rules)[0]
+    only = json.loads(cli("inventory", tree, "--format", "json", "--select", kept).out)["findings"]
+    assert {f["rule_id"] for f in only} == {kept}
+    rest = json.loads(cli("inventory", tree, "--format", "json", "--ignore", kept).out)["findings"]
+    assert {f["rule_id"] for f in rest} == rules - {kept}
+    assert cli("inventory", tree, "--fail-on", "any").code == 1
+    # The same options from [tool.accelport]; the command line still wins.
+    (tree / "pyproject.toml").write_text(f'[tool.accelport]\nselect = ["{kept}"]\nfail-on = "any"\n')
+    from_file = cli("inventory", tree, "--format", "json")
+    assert from_file.code == 1 and {f["rule_id"] for f in json.loads(from_file.out)["findings"]} == {kept}
+    (tree / "pyproject.toml").write_text('[tool.accelport]\nfail-on = "sometimes"\n')
+    bad = cli("inventory", tree)
+    assert bad.code == 2 and "fail-on 'sometimes' must be one of" in bad.err
+
+
+def test_verbose_shows_decisions(cli, tmp_path):
+    tree = tmp_path / "proj"
+    tree.mkdir()
+    (tree / "train.py").write_text("import torch\nx = torch.zeros(2).cuda()\n")
+    (tree / "broken.py").write_bytes(b"\xff\xfe not utf-8 \x00")
+    quiet = cli("inventory", tree)
+    loud = cli("-v", "inventory", tree)
+    assert "train.py: 1 finding(s), route" not in quiet.err
+    assert "train.py: 1 finding(s), route" in loud.err and "project route" in loud.err
+    migrate = cli("-v", "migrate", tree)
+    assert "train.py:2: rewritten AP" in migrate.err

@@ -49,8 +49,34 @@ def test_diff_is_the_default_and_writes_nothing(cli, app):
     assert result.out.startswith(f"--- a/{app}/")
     assert '+DEVICE = torch.accelerator.current_accelerator() or torch.device("cpu")' in result.out
     assert "-    model = build_model().cuda()" in result.out and "+    model = build_model().to(device)" in result.out
-    assert "rewritten" in result.err
+    # Nothing was written, and the summary says so: "would", never "rewritten".
+    assert "would change" in result.err and "would rewrite" in result.err and "nothing written" in result.err
+    assert "rewritten" not in result.err
     assert snapshot(app) == before
+
+
+def test_dry_run_and_write_wording(cli, repo, tmp_path):
+    check = cli("migrate", repo, "--check").out.strip().splitlines()
+    assert "would rewrite" in check[-1] and "rewritten" not in check[-1]
+    assert any(": " in line and " to rewrite" in line for line in check)  # per file
+    written = cli("migrate", repo, "--write", "--changes", tmp_path / "changes.json").out.strip().splitlines()
+    assert "file(s) changed" in written[-1] and " rewritten" in written[-1] and "would" not in written[-1]
+
+
+def test_select_ignore_and_fail_on_come_from_the_command_line_or_pyproject(cli, repo, tmp_path):
+    everything = cli("migrate", repo, "--format", "json").out
+    assert '"AP1004"' in everything or "AP1004" in everything
+    ignored = cli("migrate", repo, "--format", "json", "--ignore", "AP1004").out
+    assert '"rule_id": "AP1004"' not in ignored and '"rule_id": "AP1004"' in everything
+    (repo / "pyproject.toml").write_text('[tool.accelport]\nignore = ["AP1004"]\n')
+    from_file = cli("migrate", repo, "--format", "json").out
+    assert '"rule_id": "AP1004"' not in from_file
+    (repo / "pyproject.toml").write_text('[tool.accelport]\nnosuch = 1\n')
+    bad = cli("migrate", repo)
+    assert bad.code == 2 and "unknown key 'nosuch'" in bad.err and len(bad.err.strip().splitlines()) == 1
+    (repo / "pyproject.toml").unlink()
+    bad_id = cli("migrate", repo, "--ignore", "AP0")  # no rule starts with AP0
+    assert bad_id.code == 2 and "--ignore AP0: not a rule ID" in bad_id.err
 
 
 def test_check_fails_until_written_then_passes(cli, repo, tmp_path):

@@ -100,7 +100,7 @@ def test_a_loss_function_that_raises_is_named_exit_2(cli, model_spec):
 
 
 def test_demo_step_shows_the_example_on_four_backends(cli, tmp_path):
-    result = cli("demo", "--only", "step30", "--workdir", tmp_path / "demo")
+    result = cli("demo", "--only", "step30", "--output-dir", tmp_path / "demo")
     assert result.code == 0, result.out + result.err
     for vendor in ("npu", "musa", "mlu", "xpu"):
         assert any(ln.startswith(vendor) for ln in result.out.splitlines())
@@ -140,3 +140,18 @@ def test_silencing_is_undone_after_the_trace(model_spec):
         assert logger.level == logging.INFO and warnings.filters == filters
     finally:
         logger.setLevel(logging.NOTSET)
+
+
+def test_mps_is_judged_on_the_unfused_ops_torch_runs_there(cli, model_spec):
+    # torch takes the fused encoder fast path only on cpu, cuda, xpu and PrivateUse1 (npu):
+    # on mps it runs layer_norm, linear, ... so mps must not be told it lacks the fused kernel.
+    result = cli("ops", model_spec("encoder_eval"), "--target", "npu", "mps", "--format", "json")
+    data = json.loads(result.out)
+    by_vendor = {t["vendor"]: t for t in data["targets"]}
+    assert list(by_vendor) == ["npu", "mps"]  # in the order given
+    ops = {vendor: {v["op"] for v in t["ops"]} for vendor, t in by_vendor.items()}
+    assert "_transformer_encoder_layer_fwd" in ops["npu"]
+    assert "_transformer_encoder_layer_fwd" not in ops["mps"]
+    assert "native_layer_norm" in ops["mps"] and "native_layer_norm" not in ops["npu"]
+    assert any("fast paths off" in note for note in by_vendor["mps"]["notes"])
+    assert not any("fast paths off" in note for note in by_vendor["npu"]["notes"])

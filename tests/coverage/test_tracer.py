@@ -174,3 +174,17 @@ def test_a_step_function_under_autocast_is_traced_and_the_gap_said(model_spec):
     assert any("autocast does not act on meta tensors" in note for note in traced.notes)
     real = trace(model_spec("amp_step"), strategy="cpu")
     assert "_to_copy" in real.normalised_ops() - traced.normalised_ops()  # what the note warns about
+
+
+def test_tracing_with_the_fast_paths_off_runs_the_unfused_ops_and_restores_the_switch(model_spec):
+    import torch
+
+    from accelport.coverage.tracer import takes_fastpath
+
+    assert [takes_fastpath(d) for d in ("cpu", "cuda", "xpu", "npu", "musa", "mps")] == [True] * 5 + [False]
+    assert torch.backends.mha.get_fastpath_enabled()
+    unfused = trace(model_spec("encoder_eval"), fastpath=False)
+    assert torch.backends.mha.get_fastpath_enabled()  # the user's setting is back
+    ops = {r.op for r in unfused.judged()}
+    assert "_transformer_encoder_layer_fwd" not in ops and "native_layer_norm" in ops
+    assert any("fast paths off" in note for note in unfused.notes)

@@ -176,3 +176,54 @@ def test_good_site_cuda_api_entry_is_reported(cli, tmp_path):
     assert result.code == 0, result.err
     found = [f for f in json.loads(result.out)["findings"] if f["symbol"] == "myCudaHelper"]
     assert [f["location"]["line"] for f in found] == [1]
+
+
+@pytest.mark.usefixtures("_site_files_reset")
+def test_a_site_family_produces_findings_with_no_code_change(tmp_path):
+    from accelport.inventory import scan
+
+    site = tmp_path / "site.toml"
+    site.write_text(
+        '[family.fastcomm]\ntitle = "FastComm (our collectives over NCCL)"\ncategory = "library-call"\n'
+        'headers = ["fastcomm.h"]\nprefixes = ["fastcomm"]\nrule = "AP4109"\n'
+        'vendors.rocm = "alternative: rebuild FastComm on RCCL"\n'
+    )
+    tree = tmp_path / "src"
+    tree.mkdir()
+    # No CUDA word anywhere: only the site family's names can make the scanner read the file.
+    (tree / "comm.cpp").write_text('#include "fastcomm.h"\nvoid go(int n) { fastcommAllReduce(n); }\n')
+    knowledge.set_user_files([])
+    assert scan([str(tree)]).findings == []
+    knowledge.set_user_files([site])
+    findings = scan([str(tree)]).findings
+    assert {(f.rule_id, f.symbol) for f in findings} >= {("AP4109", "fastcommAllReduce")}
+    assert any("FastComm" in f.message for f in findings)
+
+
+@pytest.mark.usefixtures("_site_files_reset")
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('[family.x]\ncategory = "library-call"\nrule = "AP4109"\n', r"\[family.x\] lacks `title`"),
+        ('[family.x]\ntitle = "X"\ncategory = "gpu-stuff"\nrule = "AP4109"\n', r"unknown category 'gpu-stuff'"),
+        ('[family.x]\ntitle = "X"\ncategory = "library-call"\n', r"\[family.x\] has no rule"),
+        ('[family.x]\ntitle = "X"\ncategory = "library-call"\nrule = "AP0000"\n', r"rule 'AP0000' is not a known rule ID"),
+        ('[family.cublas]\ntitle = "X"\ncategory = "library-call"\n', r"a shipped family"),
+        ('[family.x]\ntitle = "X"\ncategory = "library-call"\nrule = "AP4109"\nprefixes = "x"\n', r"`prefixes` must be a list"),
+    ],
+)
+def test_a_bad_site_family_is_one_error_naming_the_file(tmp_path, table, message):
+    site = tmp_path / "site.toml"
+    site.write_text(table)
+    knowledge.set_user_files([site])
+    with pytest.raises(UserError, match=message):
+        catalogue()
+
+
+def test_every_shipped_library_family_has_a_rule():
+    from accelport.inventory.cuda_api import rule_for_family
+
+    families = catalogue().families.values()
+    library = [f for f in families if f.category.value == "library-call"]
+    assert len(library) >= 16
+    assert all(rule_for_family(f) in knowledge.rules() for f in library)

@@ -31,6 +31,30 @@ CASES = [
         ],
     ),
     (
+        "warp-reduction-loop",
+        "k.cu",
+        {"AP9109"},
+        "__device__ float sum(float v) {\n"
+        "  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffff, v, offset);\n"
+        "  for (unsigned o = 1; o < 32; o <<= 1) { v += __shfl_xor_sync(0xffffffff, v, o); }\n"
+        "  return v;\n}",
+        {("AP9109", "offset = 16"), ("AP9109", "o = 1")},
+        [
+            # From the device's warp size: portable.
+            "__device__ float sum(float v) {\n"
+            "  for (int offset = warpSize / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffff, v, offset);\n"
+            "  return v;\n}",
+            # A halving loop over shared memory, no shuffle: not a warp reduction.
+            "__global__ void k(float* s) { for (int st = 16; st > 0; st >>= 1) s[threadIdx.x] += s[threadIdx.x + st]; }",
+            # A shuffle in the body whose offset is not the loop variable.
+            "__device__ float f(float v) { for (int i = 16; i > 0; i /= 2) v += __shfl_down_sync(0xffffffff, v, 1); return v; }",
+            # Host code, a comment and a string.
+            "void host(float* v) { for (int o = 16; o > 0; o /= 2) v[o] = 0; }",
+            "__device__ float f(float v) { /* for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(~0u, v, o); */ return v; }",
+            '__device__ void f() { printf("for (int o = 16; o > 0; o /= 2) __shfl_down_sync(m, v, o)"); }',
+        ],
+    ),
+    (
         "ballot-activemask",
         "k.cu",
         {"AP5005", "AP9101"},

@@ -129,3 +129,81 @@ def test_table_groups_by_file_and_summarises(example_report):
     assert "route B: operator rewrite" in text  # the CUDA extension in csrc/
     assert "examples/legacy_cuda_app/train.py" in text or str(EXAMPLE / "train.py") in text
     assert "framework API" in text
+
+
+# --------------------------------------------------------------------------- SARIF locations
+
+
+def _sarif_tree(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".tools").mkdir()
+    (repo / "src").mkdir()
+    (tmp_path / "outside").mkdir()
+    line = "torch.cuda.synchronize()\n"
+    files = {
+        "dot": repo / ".tools" / "t.py",
+        "src": repo / "src" / "a b#1.py",  # a space and a # must be percent-encoded
+        "outside": tmp_path / "outside" / "train.py",
+    }
+    for path in files.values():
+        path.write_text("import torch\n" + line)
+    return repo, files
+
+
+def _resolved(log, artifact):
+    from urllib.parse import urljoin
+
+    base = log["runs"][0]["originalUriBaseIds"][artifact["uriBaseId"]]["uri"] if "uriBaseId" in artifact else ""
+    return urljoin(base, artifact["uri"])
+
+
+def test_sarif_uris_are_relative_to_the_repository_or_absolute(tmp_path, monkeypatch):
+    repo, files = _sarif_tree(tmp_path)
+    monkeypatch.chdir(repo / "src")
+    # Inputs as a user types them: a dot-folder through `..`, a plain relative file, a file
+    # outside the repository through `../..`, and an absolute path inside it.
+    report = scan(["../.tools/t.py", "a b#1.py", "../../outside/train.py", str(files["dot"])], jobs=1)
+    log = json.loads(render_sarif(report))
+    jsonschema.Draft4Validator(json.loads(SARIF_SCHEMA.read_text())).validate(log)
+    run = log["runs"][0]
+    assert run["originalUriBaseIds"] == {"SRCROOT": {"uri": repo.as_uri() + "/"}}
+    artifacts = [r["locations"][0]["physicalLocation"]["artifactLocation"] for r in run["results"]]
+    assert {a["uri"] for a in artifacts} == {".tools/t.py", "src/a%20b%231.py", files["outside"].as_uri()}
+    assert not any("uriBaseId" in a for a in artifacts if a["uri"].startswith("file:"))
+    # Every location resolves to the very file that was scanned.
+    assert {_resolved(log, a) for a in artifacts} == {p.as_uri() for p in files.values()}
+
+
+def test_sarif_root_is_the_working_folder_outside_a_repository(tmp_path, monkeypatch):
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "x.py").write_text("import torch\ntorch.cuda.synchronize()\n")
+    monkeypatch.chdir(tmp_path / "w")
+    (tmp_path / "bad.py").write_bytes(b"import torch\nx = '\xff'.cuda()\n")  # skipped: a notification outside the root
+    log = json.loads(render_sarif(scan(["x.py", str(tmp_path / "bad.py")], jobs=1)))
+    run = log["runs"][0]
+    assert run["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"] == {"uri": "x.py", "uriBaseId": "SRCROOT"}
+    assert run["originalUriBaseIds"]["SRCROOT"]["uri"] == (tmp_path / "w").as_uri() + "/"
+    notification = run["invocations"][0]["toolExecutionNotifications"][0]
+    assert notification["locations"][0]["physicalLocation"]["artifactLocation"] == {"uri": (tmp_path / "bad.py").as_uri()}
+
+
+def test_sarif_fingerprints_follow_rule_path_and_line_text_not_line_numbers(tmp_path):
+    (tmp_path / ".git").mkdir()
+    code = tmp_path / "m.py"
+    code.write_text("import torch\ntorch.cuda.synchronize()\nx = torch.cuda.current_device()\ntorch.cuda.synchronize()\n")
+
+    def fingerprints():
+        log = json.loads(render_sarif(scan([str(code)], jobs=1), root=tmp_path))
+        return [(r["ruleId"], r["locations"][0]["physicalLocation"]["region"]["startLine"], r["partialFingerprints"]["accelportFinding/v1"])
+                for r in log["runs"][0]["results"]]
+
+    before = fingerprints()
+    assert len({fp for _, _, fp in before}) == len(before)  # the same line twice: told apart
+    code.write_text("import torch\n\n\n# moved down\ntorch.cuda.synchronize()\nx  =  torch.cuda.current_device()\ntorch.cuda.synchronize()\n")
+    after = fingerprints()
+    assert [line for _, line, _ in after] != [line for _, line, _ in before]
+    assert [(rule, fp) for rule, _, fp in after] == [(rule, fp) for rule, _, fp in before]  # moved, respaced: same
+    code.write_text("import torch\ntorch.cuda.synchronize()\nx = torch.cuda.current_device(0)\ntorch.cuda.synchronize()\n")
+    changed = fingerprints()
+    assert changed[1][2] != before[1][2] and changed[0][2] == before[0][2]

@@ -106,11 +106,48 @@ def _positions(e: str, f: str, name: str) -> list[list[str]]:
         [f"match {e}:", "    case 'cpu':", "        print('cpu')", "    case _:", "        print('other')"],
         [f"@tag({e})", "def inner():", "    pass", "print(inner.tag)"],
         ["class Config:", f"    device = {e}", "print(Config.device)"],
-        [f"print(torch.zeros(1, device={e}).device)"],
-        [f"print(torch.ones(2).to({e}))"],
         [f"for d in [{e}]:", "    print(d)"],
         [f"{name}s = [{e}] * 2", f"print({name}s)"],
+        [f"print(not ({e}))"],
+        [f"print([{e}][0] if True else None)"],
+        [f"print(*[{e}])"],
+        [f"print({e}, sep='|')"],
+        ["def gen():", f"    yield {e}", "print(list(gen()))"],
+        ["try:", f"    value = {e}", "finally:", "    print('done')", "print(value)"],
     ]
+
+
+def _device_positions(e: str) -> list[list[str]]:
+    """Positions only a device can take."""
+    return [
+        [f"print(torch.zeros(1, device={e}).device)"],
+        [f"print(torch.ones(2).to({e}))"],
+        [f"with torch.device({e}):", "    print(torch.ones(1).device)"],
+    ]
+
+
+# Expressions over the CUDA API (not devices) that go in the same positions (tensors of one element:
+# some positions take their truth value).
+_EXPRESSIONS = [
+    "torch.cuda.memory_allocated()",
+    "torch.cuda.max_memory_allocated() / 2**20",
+    "torch.cuda.memory_reserved() // 2",
+    "torch.cuda.current_device()",
+    "torch.cuda.device_count()",
+    "torch.cuda.is_available()",
+    "torch.ones(1).pin_memory()",
+    "torch.arange(2).pin_memory().sum()",
+    "torch.ones(1).cuda()",
+    "torch.ones(2).is_cuda",
+    "torch.ones(2).device.type == 'cuda'",
+    "torch.cuda.is_bf16_supported()",
+    "torch.cuda.memory_stats()",
+    "torch.cuda.memory_stats_as_nested_dict()",
+    "torch.cuda.get_device_name(0)",
+    "'nccl' if torch.cuda.is_available() else 'gloo'",
+    "torch.cuda.amp.GradScaler().scale(torch.tensor(3.0))",
+    "torch.ones(3).to(rank).sum()",
+]
 
 
 # Other idioms: each a list of lines. Those the original cannot run without CUDA say so by failing.
@@ -191,11 +228,15 @@ def program(draw) -> list[str]:
     """One program: a few statements over the idioms (a device expression in some position, or another idiom)."""
     lines: list[str] = []
     for _ in range(draw(st.integers(1, 3))):
-        if draw(st.booleans()):
+        kind = draw(st.sampled_from(["device", "expression", "idiom"]))
+        name = draw(st.sampled_from(["d", "device", "dev", "target", "map_location", "value"]))
+        if kind == "device":
             index = draw(st.integers(0, len(_device_forms('"')) - 1))
             expression, inner = _device_forms('"')[index], _device_forms("'")[index]
-            name = draw(st.sampled_from(["d", "device", "dev", "target", "map_location"]))
-            lines += draw(st.sampled_from(_positions(expression, inner, name)))
+            lines += draw(st.sampled_from(_positions(expression, inner, name) + _device_positions(expression)))
+        elif kind == "expression":
+            expression = draw(st.sampled_from(_EXPRESSIONS))
+            lines += draw(st.sampled_from(_positions(expression, expression, name)))
         else:
             lines += draw(st.sampled_from(_IDIOMS))
     return lines
@@ -243,8 +284,8 @@ def normal(value: object) -> object:
         return ("tensor", str(value.dtype), value.device.type, value.detach().cpu().tolist())
     if isinstance(value, torch.device):
         return ("device", value.type, value.index)
-    if isinstance(value, dict):  # torch.cuda.memory_stats() gives an OrderedDict, torch.accelerator's a dict
-        return ("mapping", tuple(sorted((repr(k), normal(v)) for k, v in value.items())))
+    if isinstance(value, dict):
+        return (type(value).__name__, tuple(sorted((repr(k), normal(v)) for k, v in value.items())))
     if isinstance(value, list | tuple):
         return (type(value).__name__, tuple(normal(v) for v in value))
     if value is None or isinstance(value, bool | int | float | str):
@@ -359,6 +400,12 @@ REGRESSIONS = [
     ["with torch.cuda.amp.autocast():", "    y = torch.ones(2, 2) @ torch.ones(2, 2)", "print(y)"],  # bf16 on the CPU
     ["scaler = torch.cuda.amp.GradScaler()", "print(scaler.scale(torch.tensor(2.0)))"],  # scaled on the CPU
     ["print(torch.ones(2).is_cuda)"],  # True on the CPU
+    ["print(f'{torch.cuda.memory_stats()}')"],  # {} where the original printed OrderedDict()
+    # A class body cannot see the function's `device`: NameError.
+    ["device = torch.device('cpu')", "class Config:", "    device = torch.ones(1).cuda()", "print(Config.device)"],
+    # A local `device` that holds no device is not one to pass on.
+    ["device = torch.cuda.memory_allocated()", "print(device, torch.cuda.memory_stats_as_nested_dict())"],
+    ["print(not ('nccl' if torch.cuda.is_available() else 'gloo'))"],
 ]
 
 

@@ -190,7 +190,7 @@ def start(root: Path, gres: list[tuple[str, str, int]], partitions: list[str]) -
             if done.returncode:
                 raise SlurmUnavailable(f"{daemon} did not start: {done.stderr.strip()}\n{cluster.log_tail()}")
             cluster.pids[daemon] = _pid_from(root / f"{daemon}.pid")
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a hang guard: slurmd registers slowly on a loaded machine
         while time.monotonic() < deadline:
             state = cluster.run("sinfo", "--noheader", "--Node", "--format=%T", check=False).stdout.split()
             if state and all(s == "idle" for s in state):

@@ -235,7 +235,7 @@ def test_cli_route_and_submit_dry_run(cli, tmp_path):
     signals = _write(tmp_path, "load.json", json.dumps({"ascend": {"total": 64, "used": 64, "pending_jobs": 4}, "cuda": {"total": 128, "used": 0}}))
     result = cli("pools", "route", JOB, *POOLS, "--job-id", "tinylm-train", "--signals", signals, "--format", "json")
     assert json.loads(result.out)["pool"] == "cuda"
-    result = cli("pools", "submit", JOB, *POOLS, "--dry-run", "--workdir", tmp_path, "--pin", "ascend")
+    result = cli("pools", "submit", JOB, *POOLS, "--dry-run", "--output-dir", tmp_path, "--pin", "ascend")
     assert result.code == 0
     assert f"would run: sbatch --parsable {tmp_path / 'tinylm-train-ascend.sbatch'}" in result.out
     assert (tmp_path / "tinylm-train-ascend.sbatch").exists()
@@ -284,8 +284,8 @@ def test_cli_unwritable_output_folders_are_one_line_exit_2(cli, tmp_path):
     blocker = _write(tmp_path, "a-file", "x")  # a folder below a file cannot be made, even by root
     _one_line_exit_2(cli("pools", "render", JOB, *POOLS, "--output-dir", blocker / "out"), str(blocker / "out"), "--output-dir")
     _one_line_exit_2(cli("pools", "render", JOB, *POOLS, "--output-dir", blocker), "is not a directory")
-    result = cli("pools", "submit", JOB, *POOLS, "--dry-run", "--workdir", blocker / "w")
-    _one_line_exit_2(result, str(blocker / "w"), "--workdir")
+    result = cli("pools", "submit", JOB, *POOLS, "--dry-run", "--output-dir", blocker / "w")
+    _one_line_exit_2(result, str(blocker / "w"), "--output-dir")
 
 
 @pytest.mark.parametrize(("flag", "expected"), [("job", "has no [job] table"), ("pools", "has no [[pool]] table")])
@@ -297,7 +297,7 @@ def test_cli_empty_spec_files_are_one_line_exit_2(cli, tmp_path, flag, expected)
 
 @pytest.mark.parametrize("action", ["route", "submit"])
 def test_cli_pin_to_an_unknown_pool_is_one_line_exit_2(cli, tmp_path, action):
-    extra = ["--dry-run", "--workdir", tmp_path] if action == "submit" else []
+    extra = ["--dry-run", "--output-dir", tmp_path] if action == "submit" else []
     result = cli("pools", action, JOB, *POOLS, "--pin", "ascned", *extra)
     _one_line_exit_2(result, "--pin: no pool named 'ascned'; pools given: cuda, ascend")
     assert not list(tmp_path.iterdir())  # nothing rendered or submitted

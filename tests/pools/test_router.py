@@ -163,3 +163,78 @@ def test_cli_route_shows_the_state_of_each_pool(cli, tmp_path):
     assert result.code == 0, result.err
     row = next(line for line in result.out.splitlines() if "ascend" in line and "npu" in line)
     assert " down " in row and "down: pool unavailable" in row
+
+
+# --------------------------------------------------------------------------- no capacity, and weight changes
+
+
+def _routes(job, pools, count=10_000, signals=None, policy="weighted"):
+    return {f"j{i}": decide(job.with_id(f"j{i}"), pools, signals, policy=policy).pool for i in range(count)}
+
+
+@pytest.mark.parametrize("policy", ["weighted", "least-loaded"])
+def test_a_pool_with_no_capacity_receives_nothing_under_any_policy(golden_job, ramp, golden_pools, policy):
+    # The Ascend pool's nodes are all drained: its probe sees 0 devices. The CUDA pool is busy,
+    # so a pressure-based policy that read "0 devices" as "no load" would send everything there.
+    signals = {"nvidia": Load(total=64, used=60, pending_jobs=3, pending_devices=24), "ascend": Load(total=0, used=0, source="sinfo")}
+    routes = _routes(golden_job, ramp, signals=signals, policy=policy)
+    assert set(routes.values()) == {"nvidia"}
+    decision = decide(golden_job, ramp, signals, policy=policy)
+    ascend = next(c for c in decision.candidates if c.pool == "ascend")
+    assert not ascend.eligible and ascend.why_not.startswith("no capacity: sinfo sees 0 devices")
+    pinned = decide(golden_job, ramp, signals, pin="ascend")
+    assert pinned.pool is None and "no capacity" in pinned.reason
+    # Failover skips an empty backup even when it comes first.
+    empty = replace(golden_pools["amd"], state=PoolState.BACKUP, failover_order=1, capacity=64)
+    roomy = replace(golden_pools["cambricon"], state=PoolState.BACKUP, failover_order=2, capacity=64)
+    closed = [replace(p, state=PoolState.DRAIN) for p in ramp]
+    assert decide(golden_job, [*closed, empty, roomy], {"amd": Load(total=0, used=0)}, policy=policy).pool == "cambricon"
+    # No pool with capacity: no pool at all, and the reason says why.
+    none = decide(golden_job, ramp, {"nvidia": Load(total=0, used=0), "ascend": Load(total=0, used=0)}, policy=policy)
+    assert none.pool is None and "nvidia: no capacity" in none.reason
+
+
+def _three_pools(golden_pools, weights):
+    names = ("nvidia", "ascend", "amd")
+    return [replace(golden_pools[name], state=PoolState.PRIMARY, weight=w, capacity=64) for name, w in zip(names, weights, strict=True)]
+
+
+def _minimal_move(before, after):
+    """The least share of jobs any router must move: the total variation distance between the two splits."""
+    old = {k: v / sum(before.values()) for k, v in before.items()}
+    new = {k: v / sum(after.values()) for k, v in after.items()}
+    return sum(max(new[k] - old[k], 0.0) for k in old)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "changed"),
+    [
+        ((70, 20, 10), (70, 40, 10), "ascend"),  # the canary's weight rises
+        ((70, 20, 10), (70, 5, 10), "ascend"),  # ... and falls
+        ((70, 20, 10), (70, 20, 30), "amd"),  # the first pool by name grows: a split of [0, 1) by name would shift every share
+        ((50, 30, 20), (50, 30, 0), "amd"),  # a pool leaves the ramp
+    ],
+)
+def test_a_weight_change_moves_only_the_minimal_share_of_ten_thousand_jobs(golden_job, golden_pools, before, after, changed):
+    names = ("nvidia", "ascend", "amd")
+    first = _routes(golden_job, _three_pools(golden_pools, before))
+    second = _routes(golden_job, _three_pools(golden_pools, after))
+    for name, weight in zip(names, after, strict=True):
+        assert sum(1 for p in second.values() if p == name) / len(second) == pytest.approx(weight / sum(after), abs=0.015)
+    moved = [job for job in first if first[job] != second[job]]
+    minimal = _minimal_move(dict(zip(names, before, strict=True)), dict(zip(names, after, strict=True)))
+    assert len(moved) / len(first) == pytest.approx(minimal, abs=0.01)
+    # Every job that moved, moved to or from the pool whose weight changed: the jobs of the pools that
+    # kept their weight stay where they are, but for those that go to the pool that grew.
+    assert all(changed in (first[job], second[job]) for job in moved)
+    grew = after[names.index(changed)] > before[names.index(changed)]
+    assert all(second[job] == changed for job in moved) if grew else all(first[job] == changed for job in moved)
+
+
+def test_a_ramp_step_moves_only_jobs_from_the_old_pool_to_the_new(golden_job, ramp):
+    before = _routes(golden_job, ramp)
+    stepped = [replace(ramp[0], weight=70), replace(ramp[1], weight=30)]
+    after = _routes(golden_job, stepped)
+    moved = [job for job in before if before[job] != after[job]]
+    assert len(moved) / len(before) == pytest.approx(0.10, abs=0.01)
+    assert all(before[job] == "nvidia" and after[job] == "ascend" for job in moved)

@@ -16,6 +16,9 @@ from accelport.pools.router import decide
 from accelport.pools.validate import sbatch_problems
 
 DATA = Path(__file__).resolve().parent / "data"
+# Waits on Slurm guard against hangs only; jobs that hold a device sleep longer than any wait
+# and are cancelled when the test ends, so a slow scheduler never frees a device early.
+HANG_GUARD_S = 300
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +37,9 @@ def _submit_and_wait(slurm, script: str, workdir: Path) -> str:
     path.write_text(script)
     out = workdir / "out.txt"
     job_id = slurm.run("sbatch", "--parsable", f"--output={out}", f"--chdir={workdir}", str(path)).stdout.strip()
-    # Poll quickly rather than `sbatch --wait`, whose back-off adds seconds per job.
-    deadline = time.monotonic() + 60
+    # Poll quickly rather than `sbatch --wait`, whose back-off adds seconds per job. The deadline
+    # only guards against a hang: on a loaded 2-core machine slurmctld can take a minute to schedule.
+    deadline = time.monotonic() + HANG_GUARD_S
     state = ""
     while time.monotonic() < deadline:
         state = slurm.run("scontrol", "--oneliner", "show", "job", job_id).stdout
@@ -93,9 +97,9 @@ def _allocated(slurm, job_id: str, gres: str) -> set[int]:
 @pytest.mark.parametrize(("pool_name", "variable", "gres"), [("ascend", "ASCEND_RT_VISIBLE_DEVICES", "npu:910b"), ("cambricon", "MLU_VISIBLE_DEVICES", "mlu")])
 def test_non_gpu_gres_job_sees_its_allocated_indices_not_zero(slurm, pools, small_job, tmp_path, pool_name, variable, gres):
     """Another job holds one of the two devices: ours gets the other one, which is not device 0."""
-    hold = slurm.run("sbatch", "--parsable", f"--partition={pool_name}", f"--gres={gres}:1", "--output=/dev/null", "--wrap=sleep 60").stdout.strip()
+    hold = slurm.run("sbatch", "--parsable", f"--partition={pool_name}", f"--gres={gres}:1", "--output=/dev/null", "--wrap=sleep 900").stdout.strip()
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + HANG_GUARD_S
         while slurm.run("squeue", "--noheader", f"--jobs={hold}", "--format=%T").stdout.strip() != "RUNNING":
             assert time.monotonic() < deadline, "the holding job never started"
             time.sleep(0.1)
@@ -107,7 +111,7 @@ def test_non_gpu_gres_job_sees_its_allocated_indices_not_zero(slurm, pools, smal
         assert held == {0} and seen[variable] == "1"  # Slurm hands out the lowest free index first
     finally:
         slurm.run("scancel", hold, check=False)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + HANG_GUARD_S
         while slurm.run("squeue", "--noheader", f"--jobs={hold}", "--format=%T", check=False).stdout.strip():
             if time.monotonic() > deadline:
                 break
@@ -129,10 +133,10 @@ def test_gpu_gres_jobs_see_slurms_variable_and_the_vendors(slurm, pools, small_j
 
 @pytest.mark.slow
 def test_probe_reads_real_squeue_sinfo_and_router_avoids_the_full_pool(slurm, pools, small_job):
-    hold = slurm.run("sbatch", "--parsable", "--partition=ascend", "--gres=npu:910b:2", "--output=/dev/null", "--wrap=sleep 60").stdout.strip()
+    hold = slurm.run("sbatch", "--parsable", "--partition=ascend", "--gres=npu:910b:2", "--output=/dev/null", "--wrap=sleep 900").stdout.strip()
     wait = slurm.run("sbatch", "--parsable", "--partition=ascend", "--gres=npu:910b:2", "--output=/dev/null", "--wrap=true").stdout.strip()
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + HANG_GUARD_S
         while time.monotonic() < deadline:
             state = slurm.run("squeue", "--noheader", f"--jobs={hold}", "--format=%T").stdout.strip()
             if state == "RUNNING":

@@ -22,7 +22,8 @@ def test_cpu_event_times_with_the_wall_clock():
     end.record()
     end.synchronize()
     assert end.query()
-    assert 40.0 <= start.elapsed_time(end) < 1000.0  # milliseconds, like torch.Event
+    # Milliseconds, like torch.Event: a 50 ms sleep never ends early (no upper bound: a loaded machine may take any time).
+    assert start.elapsed_time(end) >= 49.0
 
 
 def test_cpu_event_refuses_what_torch_event_refuses():

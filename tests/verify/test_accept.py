@@ -80,10 +80,10 @@ tests = ["curve-test.csv"]
 def test_passing_spec_writes_html_junit_and_json(cli, tmp_path):
     _inputs(tmp_path)
     (tmp_path / "spec.toml").write_text(SPEC)
-    done = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    done = cli("accept", tmp_path / "spec.toml", "--output-dir", tmp_path / "out")
     assert done.code == 0, done.out + done.err
     data = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert data["verdict"] == "pass" and data["counts"] == {"pass": 3, "fail": 0, "error": 0}
+    assert data["verdict"] == "pass" and data["counts"] == {"pass": 3, "fail": 0, "error": 0, "inconclusive": 0}
     suites = ET.parse(tmp_path / "out" / "report.junit.xml").getroot()
     assert sum(int(s.get("tests")) for s in suites) == 3
     assert sum(int(s.get("failures")) for s in suites) == 0
@@ -94,7 +94,7 @@ def test_passing_spec_writes_html_junit_and_json(cli, tmp_path):
 def test_slow_test_machine_fails_with_exit_1_and_a_junit_failure(cli, tmp_path):
     _inputs(tmp_path, test_median=0.025)  # 0.4x of the baseline, floor 0.6
     (tmp_path / "spec.toml").write_text(SPEC)
-    done = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    done = cli("accept", tmp_path / "spec.toml", "--output-dir", tmp_path / "out")
     assert done.code == 1
     suites = ET.parse(tmp_path / "out" / "report.junit.xml").getroot()
     failure = suites.find(".//testcase[@name='train step']/failure")
@@ -107,10 +107,10 @@ def test_baseline_of_another_scenario_is_refused_unless_the_spec_allows_it(cli, 
     other.scenario = "inference"
     (tmp_path / "base.json").write_text(json.dumps(other.to_dict()))
     (tmp_path / "spec.toml").write_text(SPEC)
-    refused = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    refused = cli("accept", tmp_path / "spec.toml", "--output-dir", tmp_path / "out")
     assert refused.code == 2 and "scenario 'step' vs 'inference'" in refused.err and "base.json" in refused.err
     (tmp_path / "spec.toml").write_text(SPEC.replace("floor = 0.6", "floor = 0.6\nallow_mismatch = true"))
-    allowed = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    allowed = cli("accept", tmp_path / "spec.toml", "--output-dir", tmp_path / "out")
     assert allowed.code == 0, allowed.err
     check = json.loads((tmp_path / "out" / "report.json").read_text())["checks"][0]
     assert check["figures"]["mismatch"] == ["scenario 'step' vs 'inference'"]
@@ -123,7 +123,7 @@ def test_a_result_that_stopped_on_its_budget_is_flagged_in_the_verdict(cli, tmp_
     planted.stop_reason = "budget"  # measuring ran out of time before the CI converged
     (tmp_path / "test.json").write_text(json.dumps(planted.to_dict()))
     (tmp_path / "spec.toml").write_text(SPEC)
-    done = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    done = cli("accept", tmp_path / "spec.toml", "--output-dir", tmp_path / "out")
     check = json.loads((tmp_path / "out" / "report.json").read_text())["checks"][0]
     assert check["figures"]["stop_reason"] == {"test": "budget", "baseline": "converged"}
     assert "the test stopped on budget before its CI reached the target width" in check["summary"]
@@ -188,7 +188,7 @@ def test_numerics_sections_never_pass_when_the_library_is_missing(tmp_path, monk
 def test_invalid_specs_are_usage_errors_naming_the_file(cli, tmp_path, text, message):
     _inputs(tmp_path)
     (tmp_path / "spec.toml").write_text(text)
-    done = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    done = cli("accept", tmp_path / "spec.toml", "--output-dir", tmp_path / "out")
     assert done.code == 2
     assert "spec.toml" in done.err and message in done.err
     assert not (tmp_path / "out" / "report.html").exists()
@@ -240,7 +240,7 @@ def test_incomplete_saved_results_are_usage_errors_naming_file_and_key(cli, tmp_
         _set(data, change[1], change[2])
     (tmp_path / saved).write_text(json.dumps(data))
     (tmp_path / "spec.toml").write_text(SPEC)
-    done = cli("accept", tmp_path / "spec.toml", "--out-dir", tmp_path / "out")
+    done = cli("accept", tmp_path / "spec.toml", "--output-dir", tmp_path / "out")
     assert done.code == 2, done.out + done.err
     assert saved in done.err and message in done.err, done.err
     assert "Traceback" not in done.err and len(done.err.strip().splitlines()) == 1
@@ -470,3 +470,26 @@ def test_the_browser_check_catches_a_planted_console_error(chromium, tmp_path):
     assert any("planted error" in p for p in seen["problems"])
     assert any("undefinedFunction" in p for p in seen["problems"])
 
+
+
+def test_a_floor_inside_the_ci_makes_the_verdict_inconclusive_not_pass(cli, tmp_path):
+    import random
+
+    _inputs(tmp_path)
+    for name, median, seed in (("base.json", 0.010, 1), ("test.json", 0.010 / 0.70, 2)):
+        rng = random.Random(seed)  # +-40% per step: 0.70x of the baseline with the 0.6 floor inside the CI
+        times = [median * (1 + rng.uniform(-0.4, 0.4)) for _ in range(12)]
+        result = bench.BenchResult(scenario="step", times_s=times, warmup=2, stop_reason="converged", samples_per_step=8)
+        (tmp_path / name).write_text(json.dumps(result.to_dict()))
+    (tmp_path / "spec.toml").write_text(SPEC)
+    done = cli("accept", tmp_path / "spec.toml", "--output-dir", tmp_path / "out")
+    assert done.code == 1  # a gate does not pass what it could not show
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert data["verdict"] == "inconclusive" and data["counts"]["inconclusive"] == 1 and data["counts"]["fail"] == 0
+    check = data["checks"][0]
+    assert check["status"] == "inconclusive" and "more steps per side would decide" in check["summary"]
+    assert ": INCONCLUSIVE" in done.out
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert '<span class="badge warn">INCONCLUSIVE</span>' in html
+    failure = ET.parse(tmp_path / "out" / "report.junit.xml").getroot().find(".//testcase[@name='train step']/failure")
+    assert failure is not None and failure.get("message").startswith("inconclusive:")

@@ -48,7 +48,7 @@ def test_same_runs_pass_and_a_changed_weight_and_a_drifting_curve_fail(tmp_path,
     assert statuses == {"correctness": "pass", "precision": "pass"}, [c.summary for c in good.checks]
     assert good.passed
 
-    result = cli("accept", _spec_file(tmp_path, "fault", "drift.csv"), "--out-dir", tmp_path / "out")
+    result = cli("accept", _spec_file(tmp_path, "fault", "drift.csv"), "--output-dir", tmp_path / "out")
     assert result.code == 1
     data = json.loads((tmp_path / "out" / "report.json").read_text())
     failed = {check["section"]: check for check in data["checks"] if check["status"] == "fail"}

@@ -22,14 +22,25 @@ def test_bootstrap_ci_brackets_the_median_and_is_deterministic():
     assert bench.bootstrap_median_ci([2.0]) == (2.0, 2.0)
 
 
-def test_run_measures_a_sleeping_step_and_stops_on_its_rule():
-    result = bench.run(lambda: time.sleep(0.002), rule=bench.StopRule(warmup=2, min_steps=5, max_steps=12, budget_s=10),
-                       samples_per_step=8)
+def test_run_measures_planted_step_times_and_stops_on_its_rule(planted_clock):
+    clock = planted_clock
+
+    def step():
+        clock.now += 0.002
+
+    result = bench.run(step, rule=bench.StopRule(warmup=2, min_steps=5, max_steps=12, budget_s=10), samples_per_step=8,
+                       clock=clock)
     data = result.to_dict()
-    assert 0.0019 < data["median_s"] < 0.05
-    assert data["steps"] <= 12 and data["warmup"] == 2
-    assert data["stop_reason"] in ("converged", "max-steps")
-    assert data["samples_per_s"]["median"] == pytest.approx(8 / data["median_s"])
+    assert data["median_s"] == pytest.approx(0.002)
+    assert data["steps"] == 5 and data["warmup"] == 2  # identical steps: the CI is tight at min_steps
+    assert data["stop_reason"] == "converged"
+    assert data["samples_per_s"]["median"] == pytest.approx(8 / 0.002)
+
+
+def test_run_times_a_sleeping_step_with_the_real_clock_by_default():
+    result = bench.run(lambda: time.sleep(0.002), rule=bench.StopRule(warmup=1, min_steps=3, max_steps=3, budget_s=1e9))
+    assert len(result.times_s) == 3
+    assert all(t >= 0.002 for t in result.times_s)  # a sleep never ends early; no upper bound: load may slow any step
 
 
 def _result(median: float, samples=None) -> bench.BenchResult:
@@ -52,6 +63,56 @@ def test_compare_passes_at_the_floor_and_fails_below():
     allowed = bench.compare(_result(0.020, samples=64), _result(0.010, samples=32), allow_mismatch=True)
     assert allowed.ratio == pytest.approx(1.0) and allowed.mismatch == ("samples per step (batch) 64 vs 32",)
     assert bench.compare(_result(0.010, samples=32), _result(0.010, samples=32)).mismatch == ()
+
+
+def _noisy(median: float, steps: int, spread: float, seed: int) -> bench.BenchResult:
+    import random
+
+    rng = random.Random(seed)
+    times = [median * (1 + rng.uniform(-spread, spread)) for _ in range(steps)]
+    return bench.BenchResult(scenario="s", times_s=times, warmup=0, stop_reason="converged")
+
+
+def test_a_floor_inside_the_ci_is_inconclusive_and_says_how_many_steps_would_decide():
+    # 0.70x of the baseline with +-40% noise per step: a floor of 0.6 lies inside the CI.
+    baseline, test = _noisy(0.010, 12, 0.4, 1), _noisy(0.010 / 0.70, 12, 0.4, 2)
+    comparison = bench.compare(test, baseline, floor=0.6)
+    assert comparison.ci_low < 0.6 < comparison.ci_high and comparison.ratio > 0.6
+    assert comparison.verdict == "inconclusive" and comparison.passed is False  # the old rule said pass
+    more = comparison.steps_to_decide
+    assert more and more > 0
+    assert f"about {more} more steps per side" in comparison.describe()
+    data = comparison.to_dict()
+    assert data["verdict"] == "inconclusive" and data["steps_to_decide"] == more
+    # Measuring that many more steps of the same machines decides it.
+    longer = bench.compare(_noisy(0.010 / 0.70, 12 + more, 0.4, 3), _noisy(0.010, 12 + more, 0.4, 4), floor=0.6)
+    assert longer.verdict == "pass", (longer.ci_low, longer.ci_high, more)
+
+
+def test_whole_ci_above_or_below_the_floor_decides_and_a_ratio_on_the_floor_never_does():
+    baseline = _result(0.010)
+    assert bench.compare(_result(0.010), baseline, floor=0.6).verdict == "pass"
+    assert bench.compare(_result(0.025), baseline, floor=0.6).verdict == "fail"
+    on_floor = bench.Comparison(scenario="s", ratio=0.6, ci_low=0.45, ci_high=0.8, floor=0.6, basis="step time",
+                                test_median_s=0.0167, baseline_median_s=0.010, memory_ratio=None, steps=12)
+    assert on_floor.verdict == "inconclusive"
+    assert on_floor.steps_to_decide is None and "no number of steps decides" in on_floor.describe()
+    # On the log scale the CI runs from -0.2 to +0.7 around the floor (half-width h = 0.45) and the
+    # ratio is d = 0.25 above it: 12 x (0.45 / 0.25)^2 = 38.9, so 39 steps in all, 27 more.
+    near = bench.Comparison(scenario="s", ratio=0.6 * 2.718281828 ** 0.25, ci_low=0.6 * 2.718281828 ** -0.2,
+                            ci_high=0.6 * 2.718281828 ** 0.7, floor=0.6, basis="step time", test_median_s=0.0,
+                            baseline_median_s=0.0, memory_ratio=None, steps=12)
+    assert near.steps_to_decide == 27
+
+
+def test_cli_bench_says_inconclusive_and_exits_1(cli, tmp_path):
+    import json
+
+    (tmp_path / "base.json").write_text(json.dumps(_noisy(0.010, 12, 0.4, 1).to_dict()))
+    (tmp_path / "test.json").write_text(json.dumps(_noisy(0.010 / 0.70, 12, 0.4, 2).to_dict()))
+    done = cli("bench", "--result", tmp_path / "test.json", "--baseline", tmp_path / "base.json", "--floor", "0.6")
+    assert done.code == 1
+    assert "INCONCLUSIVE" in done.out and "more steps per side would decide" in done.out
 
 
 @pytest.mark.parametrize(
@@ -169,21 +230,24 @@ def test_stop_rule_converges_on_steady_steps_and_not_on_planted_noise():
     assert rule.reason([*noisy, 0.005], elapsed_s=0.0) == "max-steps"
 
 
-def test_stop_rule_ends_on_the_time_budget_before_convergence_or_max_steps():
+def test_stop_rule_ends_on_the_time_budget_before_convergence_or_max_steps(planted_clock):
     rule = bench.StopRule(warmup=0, min_steps=10, max_steps=1000, budget_s=5.0, target_ci=0.05)
     noisy = [0.005 if i % 2 else 0.015 for i in range(50)]
     assert rule.reason(noisy, elapsed_s=4.9) is None
     assert rule.reason(noisy, elapsed_s=5.0) == "budget"
-    # A real run: steps that never converge (planted noise) stop on the budget, far below max_steps.
+    # A whole run: steps that never converge (planted noise, 1 and 20 ms in turn) stop on the budget,
+    # after the step that takes the planted clock past 0.5 s: 24 pairs (0.504 s), the first a warm-up.
+    clock = planted_clock
     count = [0]
 
     def noisy_step():
         count[0] += 1
-        time.sleep(0.001 if count[0] % 2 else 0.02)
+        clock.now += 0.001 if count[0] % 2 else 0.02
 
-    result = bench.run(noisy_step, rule=bench.StopRule(warmup=1, min_steps=5, max_steps=100_000, budget_s=0.5, target_ci=0.001))
+    result = bench.run(noisy_step, rule=bench.StopRule(warmup=1, min_steps=5, max_steps=100_000, budget_s=0.5, target_ci=0.001),
+                       clock=clock)
     assert result.stop_reason == "budget" and not result.converged
-    assert 5 <= len(result.times_s) < 100_000
+    assert count[0] == 48 and len(result.times_s) == 47
     assert result.to_dict()["converged"] is False
 
 

@@ -19,7 +19,7 @@ import pytest
     ],
 )
 def test_cli_comm_out_of_range_options_are_one_line_usage_errors(cli, tmp_path, arguments, message):
-    done = cli("comm", *[a.format(tmp=tmp_path) for a in arguments], "--workdir", tmp_path / "work")
+    done = cli("comm", *[a.format(tmp=tmp_path) for a in arguments], "--output-dir", tmp_path / "work")
     assert done.code == 2, done.out + done.err
     assert message.format(tmp=tmp_path) in done.err and len(done.err.strip().splitlines()) == 1, done.err
     assert not (tmp_path / "work").exists()  # no rank was started

@@ -7,7 +7,7 @@ import pytest
 
 @pytest.mark.slow
 def test_demo_numerics_step(cli, tmp_path):
-    result = cli("demo", "--only", "numerics", "--workdir", tmp_path / "demo")
+    result = cli("demo", "--only", "numerics", "--output-dir", tmp_path / "demo")
     assert result.code == 0, result.out + result.err
     assert "compare original vs migrated: PASS" in result.out
     assert "compare original vs faulty:   FAIL" in result.out

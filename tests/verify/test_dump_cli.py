@@ -1,4 +1,4 @@
-"""`accelport dump -o DIR -- python script.py`: the wrapper captures an unmodified training script."""
+"""`accelport dump --output-dir DIR -- python script.py`: the wrapper captures an unmodified training script."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_wrapper_dumps_an_unmodified_script(cli, script, tmp_path, monkeypatch):
     out = tmp_path / "dump"
     result = cli(
         "dump",
-        "-o",
+        "--output-dir",
         out,
         "--steps",
         "1..2",
@@ -74,13 +74,13 @@ def test_wrapper_dumps_an_unmodified_script(cli, script, tmp_path, monkeypatch):
 
 
 def test_wrapper_usage_errors(cli, tmp_path):
-    assert cli("dump", "-o", tmp_path / "d").code == 2
+    assert cli("dump", "--output-dir", tmp_path / "d").code == 2
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
-    busy = cli("dump", "-o", tmp_path / "full", "--", "python", "-c", "pass")
+    busy = cli("dump", "--output-dir", tmp_path / "full", "--", "python", "-c", "pass")
     assert busy.code == 2 and "not empty" in busy.err
-    assert cli("dump", "-o", tmp_path / "d2", "--steps", "a..b", "--", "python").code == 2
-    assert cli("dump", "-o", tmp_path / "d3", "--filter", "layer:x", "--", "python").code == 2
+    assert cli("dump", "--output-dir", tmp_path / "d2", "--steps", "a..b", "--", "python").code == 2
+    assert cli("dump", "--output-dir", tmp_path / "d3", "--filter", "layer:x", "--", "python").code == 2
 
 
 def test_an_output_folder_that_cannot_be_made_is_one_line_exit_2(cli, tmp_path):
@@ -88,10 +88,10 @@ def test_an_output_folder_that_cannot_be_made_is_one_line_exit_2(cli, tmp_path):
     blocker.write_text("")
     ran = tmp_path / "ran"
     command = ("--", "python", "-c", f"open({str(ran)!r}, 'w')")
-    inside = cli("dump", "-o", blocker / "run", *command)
+    inside = cli("dump", "--output-dir", blocker / "run", *command)
     assert inside.code == 2 and len(inside.err.strip().splitlines()) == 1
     assert f"{blocker / 'run'}: cannot create or write the dump folder (a part of the path is a file" in inside.err
-    onto = cli("dump", "-o", blocker, *command)
+    onto = cli("dump", "--output-dir", blocker, *command)
     assert onto.code == 2 and "is a file, not a folder" in onto.err
     assert not ran.exists()  # the program is not started when its dump cannot be written
     with pytest.raises(UserError, match="cannot create the dump folder"), capture(blocker / "api", step_on="manual"):

@@ -489,7 +489,7 @@ def test_cli_profile_runs_a_script_and_profiles_its_marked_steps(tmp_path):
         raise SystemExit("the profiler should have stopped the run after its steps")
     """))
     out = tmp_path / "t.json"
-    done = subprocess.run([sys.executable, "-m", "accelport", "profile", "--steps", "2", "--warmup", "1", "-o", str(out),
+    done = subprocess.run([sys.executable, "-m", "accelport", "profile", "--steps", "2", "--warmup", "1", "--trace", str(out),
                            "--", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = profile.profile_trace(out)
@@ -505,7 +505,7 @@ def test_cli_profile_runs_a_script_and_profiles_its_marked_steps(tmp_path):
         (["--", "python", "nope.py"], "nope.py: script not found"),
         (["--", "{folder}"], "is a folder, not a script"),
         (["--", "/nonexistent/python3", "{script}"], "/nonexistent/python3: cannot start"),
-        (["-o", "/nonexistent/dir/t.json", "--", "{script}"], "-o /nonexistent/dir/t.json: folder"),
+        (["--trace", "/nonexistent/dir/t.json", "--", "{script}"], "--trace /nonexistent/dir/t.json: folder"),
         (["--steps", "0", "--", "{script}"], "--steps 0: must be 1 <= steps"),
         (["--warmup", "-1", "--", "{script}"], "--warmup -1"),
     ],
@@ -621,3 +621,151 @@ def test_unoverlapped_communication_is_tagged_and_overlapped_is_not(tmp_path):
     later = {"name": "c10d::allreduce_", "at": 40.0, "dur": 10.0,
              "kernels": [("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 55.0, 150.0, 20)]}
     assert "exposed-comm" not in _tags(tmp_path, [compute, overlapped], [compute, later], "c10d::allreduce_")
+
+
+# --------------------------------------------------------------------------- significance
+
+
+def _cpu_steps(steps: list[dict[str, float]]) -> list[dict]:
+    """A host-only trace: each step runs its ops one after the other, for the given microseconds."""
+    events = []
+    t = 1000.0
+    for number, ops in enumerate(steps):
+        length = sum(ops.values())
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": 1, "tid": 1,
+                       "ts": t, "dur": length})
+        at = t
+        for name, dur in ops.items():
+            events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": at, "dur": dur})
+            at += dur
+        t += length + 50.0
+    return events
+
+
+def _jittered(rng, ops: dict[str, float], steps: int, scale: float = 1.0, jitter: float = 0.08) -> list[dict[str, float]]:
+    return [{name: dur * scale * (1 + rng.uniform(-jitter, jitter)) for name, dur in ops.items()} for _ in range(steps)]
+
+
+OPS = {"aten::linear": 400.0, "aten::gelu": 150.0, "aten::layer_norm": 120.0, "aten::add": 60.0}
+
+
+def _diff(tmp_path, base_steps, test_steps, steps_used="faster-half"):
+    base, test = tmp_path / "base.json", tmp_path / "test.json"
+    base.write_text(json.dumps({"traceEvents": _cpu_steps(base_steps)}))
+    test.write_text(json.dumps({"traceEvents": _cpu_steps(test_steps)}))
+    return profile.diff_traces(base, test, steps_used)
+
+
+def _exact_rank_sum_p(a, b) -> float:
+    """The exact two-sided permutation p-value of the difference in rank sums (the oracle)."""
+    import itertools
+
+    pooled = sorted(a + b)
+    ranks = {v: pooled.index(v) + 1 for v in pooled}  # distinct values: ranks are positions
+    observed = abs(sum(ranks[v] for v in a) - len(a) * (len(pooled) + 1) / 2)
+    extreme = total = 0
+    for chosen in itertools.combinations(range(1, len(pooled) + 1), len(a)):
+        total += 1
+        extreme += abs(sum(chosen) - len(a) * (len(pooled) + 1) / 2) >= observed - 1e-9
+    return extreme / total
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.5, 1.5, 3.0, 6.0])
+def test_rank_sum_p_follows_the_exact_permutation_p(shift):
+    import random
+
+    rng = random.Random(7)
+    a = [rng.gauss(0, 1) for _ in range(8)]
+    b = [rng.gauss(shift, 1) for _ in range(8)]
+    approx, exact = profile._rank_sum_p(a, b), _exact_rank_sum_p(a, b)
+    assert approx == pytest.approx(exact, abs=0.02)
+    assert profile._rank_sum_p(b, a) == pytest.approx(approx)
+
+
+def test_rank_sum_p_of_identical_samples_is_one():
+    assert profile._rank_sum_p([5.0] * 6, [5.0] * 6) == 1.0
+    assert profile._rank_sum_p([1.0, 2.0], []) == 1.0
+
+
+@needs_trace_reader
+def test_an_identical_program_on_a_busier_machine_shows_no_significant_row(tmp_path):
+    import random
+
+    rng = random.Random(1)
+    # The test side ran while another job took half the core: every op 1.6x slower, each step jittered.
+    result = _diff(tmp_path, _jittered(rng, OPS, 12), _jittered(rng, OPS, 12, scale=1.6))
+    assert result.ratio > 1.5  # the slowdown is real in the figures...
+    assert [r.op for r in result.rows if r.significance in (profile.SIGNIFICANT, profile.STRUCTURAL)] == []
+    assert {r.significance for r in result.rows if r.op in OPS} == {profile.NOISE}  # ...but no op explains it
+    assert "0 structural" in profile.significance_line(result)
+
+
+@needs_trace_reader
+def test_one_op_slower_in_every_step_is_significant_and_the_others_are_not(tmp_path):
+    import random
+
+    rng = random.Random(2)
+    slower = dict(OPS, **{"aten::gelu": OPS["aten::gelu"] * 2.5})
+    result = _diff(tmp_path, _jittered(rng, OPS, 12), _jittered(rng, slower, 12))
+    rows = {r.op: r for r in result.rows}
+    assert rows["aten::gelu"].significance == profile.SIGNIFICANT
+    assert rows["aten::gelu"].p_value < profile.FAMILY_ALPHA / 4
+    assert result.rows[0].op == "aten::gelu"
+    # Their shares of the step shrank, but their times did not change: not significant.
+    assert {rows[op].significance for op in ("aten::linear", "aten::layer_norm", "aten::add")} == {profile.NOISE}
+    assert "significant (p=" in profile.render_text(result)
+
+
+@needs_trace_reader
+def test_a_small_new_op_ranks_above_an_existing_op_that_drifted_between_captures(tmp_path):
+    import random
+
+    rng = random.Random(3)
+    base = _jittered(rng, OPS, 12, jitter=0.02)
+    # The planted op costs 20 us (3% of a step); linear came out 8% (32 us) slower in every step
+    # of the later capture: a warmer or busier machine, not a change of the program.
+    drifted = dict(OPS, **{"aten::linear": OPS["aten::linear"] * 1.08, "aten::matmul": 20.0})
+    result = _diff(tmp_path, base, _jittered(rng, drifted, 12, jitter=0.02))
+    assert result.rows[0].op == "aten::matmul" and result.rows[0].significance == profile.STRUCTURAL
+    assert "new-op" in result.rows[0].why
+    by_delta = sorted(result.rows, key=lambda r: -r.delta)
+    assert by_delta[0].op == "aten::linear"  # ranked by delta alone, the drift would come first
+    assert {r.op: r for r in result.rows}["aten::linear"].significance == profile.NOISE  # below RELATIVE_NOISE
+
+
+@needs_trace_reader
+def test_too_few_steps_leave_significance_unknown_and_say_how_many_are_needed(tmp_path):
+    import random
+
+    rng = random.Random(4)
+    result = _diff(tmp_path, _jittered(rng, OPS, 2), _jittered(rng, OPS, 2, scale=1.3))
+    assert {r.significance for r in result.rows if r.op in OPS} == {profile.UNKNOWN}
+    line = profile.significance_line(result)
+    assert f"needs {profile.MIN_STEPS}" in line and "--steps" in line
+
+
+@needs_trace_reader
+def test_a_new_op_ranks_first_even_when_noise_made_the_test_side_faster(tmp_path):
+    import random
+
+    rng = random.Random(5)
+    # Noise made the test capture 20% faster overall; it also has a cheap new slice and a costlier new matmul.
+    planted = dict(OPS, **{"aten::slice": 2.0, "aten::matmul": 30.0})
+    result = _diff(tmp_path, _jittered(rng, OPS, 12), _jittered(rng, planted, 12, scale=0.8))
+    assert result.total_delta < 0
+    assert [r.op for r in result.rows[:2]] == ["aten::matmul", "aten::slice"]
+
+
+@needs_trace_reader
+def test_new_ops_rank_by_their_cost_in_the_fastest_step_not_by_preempted_steps(tmp_path):
+    import random
+
+    rng = random.Random(6)
+    planted = dict(OPS, **{"aten::slice": 2.0, "aten::matmul": 30.0})
+    test = _jittered(rng, planted, 12, jitter=0.01)
+    for step in range(10):  # the cheap slice was preempted in most steps, the fast half included
+        test[step]["aten::slice"] += 200.0
+    result = _diff(tmp_path, _jittered(rng, OPS, 12, jitter=0.01), test)
+    rows = {r.op: r for r in result.rows}
+    assert rows["aten::slice"].delta > rows["aten::matmul"].delta  # averaged, the slice looks costlier
+    assert [r.op for r in result.rows[:2]] == ["aten::matmul", "aten::slice"]

@@ -31,25 +31,51 @@ def _training_step():
     return step
 
 
-def test_clean_training_run_passes():
-    result = soak.run(_training_step(), steps=60)
+def test_clean_training_run_passes(planted_clock):
+    clock = planted_clock
+    step = _training_step()
+
+    def steady():
+        clock.now += 0.005  # every step takes 5 ms
+        return step()
+
+    result = soak.run(steady, steps=60, clock=clock)
     assert result.failures() == []
     assert result.passed and result.to_dict()["verdict"] == "pass"
     assert "rss" in result.slopes()
+    assert [s["dt"] for s in result.measured()] == pytest.approx([0.005] * 55)
 
 
-def test_planted_step_time_drift_is_detected():
+def test_step_times_come_from_the_real_clock_by_default():
+    result = soak.run(_training_step(), steps=10)
+    assert all(s["dt"] > 0 for s in result.measured())  # perf_counter only moves forward; no threshold on its figures
+
+
+@pytest.mark.parametrize(
+    ("base_s", "per_step_s", "caught"),
+    [
+        (0.002, 0.0004, True),  # 0.4 ms slower each step: 14 ms (about 130%) slower over the 35 measured steps
+        (0.002, 0.0, False),  # the control: steady steps
+        (0.0001, 0.00005, False),  # 1.7 ms slower (much more than 25%) but under the 2 ms floor: load noise, not drift
+        (0.050, 0.0002, False),  # 7 ms slower, above the floor, but only 14% of a 50 ms step
+    ],
+)
+def test_planted_step_time_drift_is_detected(planted_clock, base_s, per_step_s, caught):
+    clock = planted_clock
     step = _training_step()
     count = [0]
 
     def slowing():
         count[0] += 1
-        time.sleep(0.002 + 0.0004 * count[0])  # each step 0.4 ms slower than the last: 16 ms slower by step 40
+        clock.now += base_s + per_step_s * count[0]
         return step()
 
-    result = soak.run(slowing, steps=40)
-    assert not result.passed
-    assert any(f.startswith("step time drifts up") for f in result.failures())
+    result = soak.run(slowing, steps=40, clock=clock)
+    drift = [f for f in result.failures() if f.startswith("step time drifts up")]
+    assert bool(drift) is caught, result.failures()
+    assert result.passed is not caught
+    if caught:
+        assert result.slopes()["step_time"].per_step == pytest.approx(per_step_s)
 
 
 def test_planted_leak_is_detected():
@@ -72,13 +98,13 @@ def test_planted_hang_is_detected_with_the_stack_of_the_blocked_step():
     def blocks():
         count[0] += 1
         if count[0] == 8:
-            time.sleep(3600)  # a step that never returns
+            time.sleep(120)  # a step that does not return
         return step()
 
-    started = time.monotonic()
-    result = soak.run(blocks, steps=40, limits=soak.SoakLimits(hang_timeout_s=1.0))
-    assert time.monotonic() - started < 30
-    assert result.stop_reason == "hang"
+    # Had the watchdog not broken the sleep, the step would have returned after 120 s and the run gone on to 40 steps.
+    result = soak.run(blocks, steps=40, limits=soak.SoakLimits(hang_timeout_s=2.0))
+    assert result.stop_reason == "hang" and count[0] == 8
+    assert result.hang["last_step"] == 6  # the step before the planted one: no step timed out by load alone
     assert any(f.startswith("hang:") for f in result.failures())
     assert "in blocks" in result.hang["stacks"]
 

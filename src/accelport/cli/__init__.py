@@ -125,10 +125,7 @@ def _main(argv: Sequence[str] | None, collecting: bool) -> int:
     if requested and requested[1] not in _commands(parser):
         parser = build_parser()  # the module did not register that name (a command living elsewhere)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
-        format="accelport: %(levelname)s: %(message)s",
-    )
+    _configure_logging(args.verbose)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
@@ -154,6 +151,29 @@ def _main(argv: Sequence[str] | None, collecting: bool) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+
+
+def _configure_logging(verbose: int) -> None:
+    """-v: accelport's progress and decisions (INFO) on stderr; -vv: DEBUG; otherwise warnings only.
+
+    accelport's own logger gets its own handler, so -v works even where the root logger was
+    configured by someone else (a test runner, an embedding program); other libraries'
+    warnings still reach stderr through the root logger.
+    """
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    ours = logging.getLogger("accelport")
+    for handler in [h for h in ours.handlers if getattr(h, "_accelport_cli", False)]:
+        ours.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler._accelport_cli = True  # type: ignore[attr-defined]
+    handler.setFormatter(logging.Formatter("accelport: %(levelname)s: %(message)s"))
+    ours.addHandler(handler)
+    ours.setLevel(level)
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
+        for root_handler in root.handlers:  # accelport's records are printed by its own handler
+            root_handler.addFilter(lambda record: not record.name.startswith("accelport"))
 
 
 def entry() -> None:

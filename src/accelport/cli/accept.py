@@ -1,6 +1,6 @@
 """`accelport accept SPEC.toml`: one spec of thresholds -> one report (HTML with plots, JUnit XML, JSON).
 
-    accelport accept acceptance.toml --out-dir report/
+    accelport accept acceptance.toml --output-dir report/
 
 The spec lists correctness (dump directories), precision (loss curves),
 performance (bench results, ratio floor, optional traces), stability (soak
@@ -14,6 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
+from accelport.cli._conventions import add_output_dir
 from accelport.cli._output import emit
 
 ORDER = 70
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = accept.load_spec(args.spec)
     report = accept.evaluate(spec)
-    paths = accept.write_reports(report, Path(args.out_dir))
+    paths = accept.write_reports(report, Path(args.output_dir))
     if args.format == "json":
         emit(json.dumps({**report.to_dict(), "files": {k: str(v) for k, v in paths.items()}}, indent=2, default=str) + "\n", args.output)
     else:
@@ -39,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=(__doc__ or "") + "\nspec format:\n" + (spec_doc or ""),
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", help="acceptance spec (TOML)")
-    parser.add_argument("--out-dir", default="accelport-accept", metavar="DIR", help="where report.html/.junit.xml/.json go (default: %(default)s)")
+    add_output_dir(parser, "accept", "where report.html/.junit.xml/.json go", default="accelport-accept", old=("--out-dir",))
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the summary to FILE instead of stdout")
     parser.set_defaults(handler=run)

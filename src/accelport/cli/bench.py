@@ -43,11 +43,18 @@ def _render(result: dict, comparison: dict | None) -> str:
         lines.append(
             f"vs baseline   {c['ratio']:.3f}x of baseline {c['basis']} (CI {c['ci_low']:.3f} .. {c['ci_high']:.3f}), "
             f"floor {c['floor']:.2f}: {c['verdict'].upper()}"
-            + ("  (floor inside the CI: measure longer to be sure)" if c["floor_within_ci"] else "")
+            + (f"  (the floor lies inside the CI; {_decide(c)})" if c["verdict"] == "inconclusive" else "")
         )
         if c.get("mismatch"):
             lines.append(f"mismatch      compared anyway: {'; '.join(c['mismatch'])}")
     return "\n".join(lines) + "\n"
+
+
+def _decide(comparison: dict) -> str:
+    more = comparison.get("steps_to_decide")
+    if more:
+        return f"about {more} more steps per side would decide, if the ratio holds"
+    return "the ratio sits on the floor: no number of steps decides"
 
 
 def _params(values: list[str]) -> dict[str, str]:

@@ -15,6 +15,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from accelport.cli._conventions import add_output_dir
 from accelport.cli._output import check_range, check_save_path, emit, save_text
 
 ORDER = 64
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="accelport-comm-") as scratch:
         result = comm.run(args.ranks, collectives=collectives, sizes=sizes, dtype=args.dtype, iters=args.iters,
                           warmup=args.warmup_iters, backend=args.backend, preload=args.preload or (),
-                          timeout_s=args.timeout, workdir=Path(args.workdir or scratch))
+                          timeout_s=args.timeout, workdir=Path(args.output_dir or scratch))
     data = result.to_dict()
     save_text("--save", save, json.dumps(data, indent=2) + "\n")
     emit(json.dumps(data, indent=2) + "\n" if args.format == "json" else comm.render_table(result), args.output)
@@ -55,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--backend", help="torch.distributed backend (default: the device's default)")
     parser.add_argument("--preload", action="append", metavar="MODULE", help="import MODULE in every rank first (e.g. torch_npu); repeatable")
     parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="a rank slower than this is a hang (default: %(default)s)")
-    parser.add_argument("--workdir", metavar="DIR", help="keep per-rank logs and results here")
+    add_output_dir(parser, "comm", "keep per-rank logs and results here (default: a temporary folder, removed)", old=("--workdir",))
     parser.add_argument("--save", metavar="FILE", help="save the result as JSON, for accept")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")

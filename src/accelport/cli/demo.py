@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelport.cli._conventions import add_output_dir
 from accelport.cli._output import Style, use_color
 from accelport.errors import UserError
 
@@ -45,8 +46,10 @@ def find_examples(explicit: str | None) -> Path:
         if not (path / "legacy_cuda_app").is_dir():
             raise UserError(f"{path}: has no legacy_cuda_app/; pass the repository's examples/ folder")
         return path
-    # Source checkout (editable install): src/accelport/cli/demo.py -> repo/examples
-    for candidate in (Path(__file__).resolve().parents[3] / "examples", Path.cwd() / "examples"):
+    here = Path(__file__).resolve()
+    # Installed wheel: the example ships as package data (accelport/_examples);
+    # source checkout (editable install): src/accelport/cli/demo.py -> repo/examples.
+    for candidate in (here.parents[1] / "_examples", here.parents[3] / "examples", Path.cwd() / "examples"):
         if (candidate / "legacy_cuda_app").is_dir():
             return candidate
     raise UserError("cannot find examples/legacy_cuda_app; run from the repository root or pass --examples DIR")
@@ -61,7 +64,7 @@ def steps() -> list:
 
 def run(args: argparse.Namespace) -> int:
     examples = find_examples(args.examples)
-    workdir = Path(args.workdir).resolve()
+    workdir = Path(args.output_dir).resolve()
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
@@ -94,6 +97,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--examples", metavar="DIR", help="the examples/ folder (default: found from the checkout)")
-    parser.add_argument("--workdir", default="accelport-demo", metavar="DIR", help="scratch folder, recreated (default: %(default)s)")
+    add_output_dir(parser, "demo", "scratch folder, recreated", default="accelport-demo", old=("--workdir",))
     parser.add_argument("--only", nargs="*", metavar="WORD", help="run only the steps whose module name contains WORD")
     parser.set_defaults(handler=run)

@@ -1,4 +1,4 @@
-"""`accelport dump -o DIR -- COMMAND`: run a PyTorch program and record every op, parameter and input it computes.
+"""`accelport dump --output-dir DIR -- COMMAND`: run a PyTorch program and record every op, parameter and input it computes.
 
 Records statistics (min, max, mean, L2, abs-mean, NaN/Inf/zero counts) of every ATen op's
 inputs and outputs, with module path, call index and source line, into DIR/manifest.jsonl;
@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 
+from accelport.cli._conventions import add_deprecated
 from accelport.cli._output import emit
 from accelport.errors import UserError
 
@@ -41,18 +42,20 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UserError(
-            "accelport dump: give the command to run after --, for example: accelport dump -o run -- python train.py"
+            "accelport dump: give the command to run after --, for example: accelport dump --output-dir run -- python train.py"
         )
+    if not args.output_dir:
+        raise UserError("give --output-dir DIR: a new folder for the dump")
     folder = os.path.abspath(args.output_dir)
     if os.path.exists(folder) and not os.path.isdir(folder):
-        raise UserError(f"{args.output_dir}: is a file, not a folder; give -o a new folder")
+        raise UserError(f"{args.output_dir}: is a file, not a folder; give --output-dir a new folder")
     if os.path.exists(folder) and os.listdir(folder):
         raise UserError(f"{args.output_dir}: folder is not empty; dump into a new folder")
     modules, ops = _filters(args.filter, "--filter")
     tensor_modules, tensor_ops = _filters(args.tensor_filter, "--tensor-filter")
-    from accelport.verify.dump import ENV_VAR, PHASES, _parse_steps, bootstrap_dir
+    from accelport.verify.dump import ENV_VAR, PHASES, bootstrap_dir, parse_steps
 
-    _parse_steps(args.steps)  # fail early on a bad range
+    parse_steps(args.steps)  # fail early on a bad range
     phases = args.phases.split(",") if args.phases else ["forward", "backward", "other"]
     for phase in phases:
         if phase not in PHASES:
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         os.unlink(probe)
     except OSError as exc:
         why = "a part of the path is a file, not a folder" if isinstance(exc, FileExistsError | NotADirectoryError) else exc.strerror or str(exc)
-        raise UserError(f"{args.output_dir}: cannot create or write the dump folder ({why}); choose another -o") from None
+        raise UserError(f"{args.output_dir}: cannot create or write the dump folder ({why}); choose another --output-dir") from None
     options = {
         "dir": folder,
         "tensors": args.tensors,
@@ -134,13 +137,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "-o",
-        "--output-dir",
-        required=True,
-        metavar="DIR",
-        help="new folder for the dump (per rank: DIR/rankN)",
-    )
+    parser.add_argument("--output-dir", metavar="DIR", help="new folder for the dump (per rank: DIR/rankN); required")
+    add_deprecated(parser, "dump", "-o", "--output-dir", "output_dir", "DIR")
     parser.add_argument(
         "--steps",
         metavar="N..M",

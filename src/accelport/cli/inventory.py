@@ -11,6 +11,13 @@ from __future__ import annotations
 import argparse
 import os
 
+from accelport.cli._conventions import (
+    add_finding_filters,
+    add_format,
+    add_output,
+    rule_filter,
+    rule_ids,
+)
 from accelport.cli._output import Progress, Style, emit, positive_int, use_color
 from accelport.errors import UserError
 
@@ -36,10 +43,39 @@ def threshold_reached(report, level: str | None) -> bool:
     return any(f.effort.rank >= minimum for f in open_findings)
 
 
+def settle_options(args: argparse.Namespace, levels=FAIL_LEVELS) -> tuple[str, ...] | None:
+    """Fill unset options from [tool.accelport] and check them; returns (select, ignore) or None for all rules."""
+    from accelport import config
+
+    settings = config.project_settings(args.paths)
+    config.apply(args, settings, ("select", "ignore", "fail-on", "target"))
+    if args.fail_on is not None and args.fail_on not in levels:
+        raise UserError(f"{settings.get('__file__', '--fail-on')}: fail-on {args.fail_on!r} must be one of {', '.join(levels)}")
+    return rule_ids(args.select, "--select"), rule_ids(args.ignore, "--ignore")
+
+
+def filtered(report, select: tuple[str, ...], ignore: tuple[str, ...]):
+    """The report with only the findings --select/--ignore keep (route and effort recomputed)."""
+    import dataclasses
+
+    from accelport.inventory.engine import summarise
+
+    if not select and not ignore:
+        return report
+    keep = rule_filter(select, ignore)
+    findings = [f for f in report.findings if keep(f.rule_id)]
+    route, effort, files = summarise(findings)
+    return dataclasses.replace(report, findings=findings, route=route, effort=effort, files=files)
+
+
 def run(args: argparse.Namespace) -> int:
+    import logging
+
     from accelport.inventory import scan
     from accelport.inventory.render import RENDERERS, render_table
 
+    select, ignore = settle_options(args)
+    log = logging.getLogger("accelport.inventory")
     progress: Progress | None = None
 
     def discovered(total: int) -> None:
@@ -68,6 +104,13 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{', '.join(args.paths)}: no files accelport scans were found; check the path and --exclude")
     if report.files_scanned == 0 and len(args.paths) == 1 and os.path.isfile(args.paths[0]):
         raise UserError(f"{args.paths[0]}: cannot be scanned: {report.skipped[0].reason}")
+    report = filtered(report, select, ignore)
+    for skip in report.skipped:
+        log.info("skipped %s: %s", skip.path, skip.reason)
+    for summary in report.files:
+        log.info("%s: %d finding(s), route %s (%s)", summary.path, summary.findings, summary.route.route.value,
+                 "; ".join(summary.route.reasons))
+    log.info("project route %s: %s", report.route.route.value, "; ".join(report.route.reasons))
     if args.format == "table":
         to_terminal = not args.output or args.output == "-"
         text = render_table(report, Style(to_terminal and use_color()))
@@ -89,14 +132,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or folders to scan")
-    parser.add_argument("--format", choices=("table", "json", "sarif", "csv", "md", "html"), default="table")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+    add_format(parser, ("table", "json", "sarif", "csv", "markdown", "html"))
+    add_output(parser)
     parser.add_argument("--target", metavar="VENDOR", help="judge effort for this vendor (see `accelport backends`)")
-    parser.add_argument(
-        "--fail-on",
-        choices=FAIL_LEVELS,
-        metavar="LEVEL",
-        help="exit 1 when an unmarked finding of this effort or higher exists: any, low, medium, high "
+    add_finding_filters(
+        parser, FAIL_LEVELS,
+        "exit 1 when an unmarked finding of this effort or higher exists: any, low, medium, high "
         "(findings acknowledged by an `# accelport: APxxxx` marker do not count)",
     )
     parser.add_argument(

@@ -26,18 +26,21 @@ import contextlib
 import os
 import sys
 
+from accelport.cli._conventions import add_finding_filters, add_format
 from accelport.cli._output import Progress, Style, emit, output_problem, positive_int, use_color
 from accelport.errors import UserError
 
 ORDER = 20
+FAIL_LEVELS = ("any", "low", "medium", "high")
 # Parse trees, CSTs and changes hold no reference cycles worth collecting, and a run ends
 # soon: no cyclic GC (cli.main); libcst's import alone made the collector walk for a while.
 GC_PAUSED = True
 
 
 def run(args: argparse.Namespace) -> int:
+    from accelport.cli.inventory import settle_options
     from accelport.inventory.discovery import check_excludes
-    from accelport.migrate import Options, migrate, parse_select
+    from accelport.migrate import Options, migrate
     from accelport.migrate.render import render_diff, render_json, render_markdown, render_summary
 
     check_excludes(args.exclude)
@@ -47,8 +50,15 @@ def run(args: argparse.Namespace) -> int:
     # Before writing, each whole file must parse; --diff and --check check the statements they change.
     if not args.helpers_module.isidentifier() or args.helpers_module.startswith("accelport"):
         raise UserError(f"--helpers-module {args.helpers_module}: not a module name; give a Python identifier such as _accelport_compat")
+    select, ignore = settle_options(args)
+    if ignore:
+        from accelport import knowledge
+
+        select = tuple(r for r in knowledge.rules() if (not select or r.startswith(select)) and not r.startswith(ignore))
+        if not select:
+            raise UserError("--select and --ignore leave no rule to apply; `accelport rules` lists them")
     options = Options(
-        select=parse_select(args.select), target=args.target, whole_file=args.mode == "write",
+        select=select, target=args.target, whole_file=args.mode == "write",
         helpers=args.helpers, helpers_module=args.helpers_module,
     )
     progress: Progress | None = None
@@ -78,24 +88,60 @@ def run(args: argparse.Namespace) -> int:
     if result.files_scanned == 0 and not result.skipped:
         raise UserError(f"{', '.join(args.paths)}: no Python files were found; check the path and --exclude")
 
+    _log_decisions(result)
     style_out = Style(use_color())
     style_err = Style(use_color(sys.stderr))
     if args.mode == "write":
         _write(args, result, render_json, render_markdown)
-        text = render_json(result) if args.format == "json" else render_summary(result, style_out)
+        text = render_json(result) if args.format == "json" else render_summary(result, style_out, written=True)
         emit(text, None)
     elif args.mode == "check":
-        emit(render_json(result) if args.format == "json" else render_summary(result, style_out), None)
+        emit(render_json(result) if args.format == "json" else render_summary(result, style_out, written=False), None)
     elif args.format == "json":
         emit(render_json(result), None)
     else:
         emit(render_diff(result), None)
-        sys.stderr.write(render_summary(result, style_err))
+        sys.stderr.write(render_summary(result, style_err, written=False))
 
     left_alone = bool(result.skipped or result.failed_files) and not args.allow_skipped
     if args.mode == "check" and result.changed_files:
         return 1
+    if manual_work_reached(result, args.fail_on):
+        return 1
     return 1 if left_alone else 0
+
+
+def _log_decisions(result) -> None:
+    """-v: what migrate decided for each file and each change it left for manual work."""
+    import logging
+
+    log = logging.getLogger("accelport.migrate")
+    if not log.isEnabledFor(logging.INFO):
+        return
+    for skip in result.skipped:
+        log.info("skipped %s: %s", skip.path, skip.reason)
+    for migration in result.files:
+        if migration.error is not None:
+            log.info("%s: left alone: %s", migration.path, migration.error)
+            continue
+        for change in migration.changes:
+            log.info("%s:%s: %s %s %s", migration.path, change.line, change.action, change.rule_id or "", change.symbol)
+
+
+def manual_work_reached(result, level: str | None) -> bool:
+    """Whether a change left for manual work (a marker) has the effort `level` or higher."""
+    from accelport import knowledge
+    from accelport.findings import Effort
+    from accelport.migrate.model import MARKED, NOT_REWRITTEN
+
+    if level is None:
+        return False
+    rules = knowledge.rules()
+    left = [c for f in result.files for c in f.changes if c.action in (MARKED, NOT_REWRITTEN)]
+    if level == "any":
+        return bool(left)
+    minimum = Effort(level).rank
+    return any(c.rule_id in rules and rules[c.rule_id].effort.rank >= minimum for c in left)
 
 
 def _change_list_paths(json_path: str) -> tuple[str, str]:
@@ -189,7 +235,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode.add_argument("--check", dest="mode", action="store_const", const="check", help="exit 1 if files would change")
     parser.set_defaults(mode="diff")
     parser.add_argument("--target", metavar="VENDOR", help="also add what this vendor needs beyond portable code (see `accelport backends`)")
-    parser.add_argument("--select", action="append", metavar="IDS", help="only these rule IDs or prefixes, comma-separated (AP1101,AP12)")
+    add_finding_filters(parser, FAIL_LEVELS, "exit 1 when a change of this effort or higher is left for manual work "
+                        "(a marker): any, low, medium, high")
     parser.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="gitignore-style pattern to leave out; repeatable")
     parser.add_argument("--force", action="store_true", help="--write even over uncommitted changes or outside git")
     parser.add_argument(
@@ -211,7 +258,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="name of the generated helper module (default: %(default)s)",
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="json: print the change list")
+    add_format(parser, ("table", "json"), help="table: a summary (the diff with --diff); json: the change list")
     parser.add_argument("--jobs", type=positive_int, metavar="N", help="worker processes (default: number of cores)")
     parser.add_argument("--no-gitignore", action="store_true", help="also migrate files that .gitignore excludes")
     parser.add_argument("--allow-skipped", action="store_true", help="exit 0 even when some files were skipped or left alone")

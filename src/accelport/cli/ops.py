@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 
+from accelport.cli._conventions import add_format
 from accelport.cli._output import Style, emit, use_color
 
 ORDER = 40
-FORMATS = ("table", "json", "md", "html")
+FORMATS = ("table", "json", "markdown", "html")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,14 +39,43 @@ def run(args: argparse.Namespace) -> int:
         targets = args.target or oplists.default_targets()
         for target in targets:
             oplists.oplist_for(target)
-    trace = coverage.trace(args.factory, mode=args.mode, strategy=args.tracer, label=args.factory)
     if args.on_device:
+        trace = coverage.trace(args.factory, mode=args.mode, strategy=args.tracer, label=args.factory)
         report = coverage.check_on_device(trace, list(args.target or [None]), run_smoke=args.smoke)
     else:
-        report = coverage.check(trace, targets)
+        report = _check_offline(args, targets)
     style = Style(use_color() and not args.output)
     emit(render.render(report, args.format, style), args.output)
     return 1 if report.failed else 0
+
+
+def _check_offline(args: argparse.Namespace, targets: list[str]):
+    """Judge each target against a trace taken the way torch runs on its device type.
+
+    Targets whose device type takes the fused transformer fast paths (cpu, cuda, xpu and
+    the PrivateUse1 backends: npu, musa, mlu, ...) share one trace; the others (mps) get a
+    second one with the fast paths off, so they are not told they lack a fused kernel that
+    torch would never call there.
+    """
+    from accelport import coverage, knowledge
+    from accelport.coverage.check import CoverageReport
+    from accelport.coverage.tracer import takes_fastpath
+
+    groups: dict[bool, list[str]] = {}
+    for target in targets:
+        groups.setdefault(takes_fastpath(knowledge.vendor(target.partition("@")[0]).torch_device), []).append(target)
+    results: dict[str, object] = {}
+    first = None
+    for fastpath in sorted(groups, reverse=True):
+        trace = coverage.trace(args.factory, mode=args.mode, strategy=args.tracer, label=args.factory, fastpath=fastpath)
+        first = first or trace
+        part = coverage.check(trace, groups[fastpath])
+        for target, result in zip(groups[fastpath], part.targets, strict=True):
+            if not fastpath and trace.mode == "infer":
+                result.notes.append(f"judged on a trace with the fused transformer fast paths off: torch does not take them on "
+                                    f"{knowledge.vendor(target.partition('@')[0]).torch_device}")
+            results[target] = result
+    return CoverageReport(first, [results[t] for t in targets])
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,6 +101,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--on-device", action="store_true", help="judge with this machine's dispatcher (imports each target's adapter)")
     parser.add_argument("--smoke", action="store_true", help="with --on-device: run each operator once per traced dtype on the device")
     parser.add_argument("--lists", action="store_true", help="list the operator lists accelport knows, and exit")
-    parser.add_argument("--format", choices=FORMATS, default="table")
+    add_format(parser, FORMATS)
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     parser.set_defaults(handler=run)

@@ -7,6 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from accelport.cli._conventions import add_deprecated, add_format
 from accelport.cli._output import emit
 from accelport.errors import UserError
 
@@ -68,6 +69,9 @@ def _write_or_print(artefacts, args: argparse.Namespace) -> None:
             for a in artefacts
         ]
         emit(json.dumps(payload, indent=2) + "\n", args.output)
+        return
+    if len(artefacts) == 1:  # the file itself: a batch script's #! must stay its first line
+        emit(artefacts[0].text, args.output)
         return
     chunks = [f"# ---- {a.filename} ----\n{a.text}" for a in artefacts]
     emit("\n".join(chunks), args.output)
@@ -260,11 +264,11 @@ def run_submit(args: argparse.Namespace) -> int:
         raise UserError(f"{args.job}: {decision.reason}")
     pool = find_pool(pools, decision.pool)
     artefact = render_for_pool(job, pool)
-    workdir = args.workdir or tempfile.mkdtemp(prefix="accelport-submit-")
+    workdir = args.output_dir or tempfile.mkdtemp(prefix="accelport-submit-")
     try:
         result = submit(artefact, workdir, dry_run=args.dry_run)
     except OSError as exc:
-        raise UserError(f"{workdir}: cannot write {artefact.filename} there ({exc.strerror or exc}); choose another --workdir") from None
+        raise UserError(f"{workdir}: cannot write {artefact.filename} there ({exc.strerror or exc}); choose another --output-dir") from None
     if args.format == "json":
         emit(json.dumps({"decision": decision.to_dict(), "submission": result.to_dict(), "notes": notes}, indent=2) + "\n", args.output)
     else:
@@ -283,7 +287,7 @@ def _common(parser: argparse.ArgumentParser, *, job_required: bool = True) -> No
     if job_required:
         parser.add_argument("job", help="job file (TOML with a [job] table)")
     parser.add_argument("--pools", action="append", default=[], metavar="FILE", help="pool file (TOML with [[pool]] tables); repeatable")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    add_format(parser, ("table", "json"))
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
 
 
@@ -331,5 +335,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     submit = sub.add_parser("submit", help="route, render and submit with sbatch or kubectl (--dry-run prints the command)")
     _common(submit)
     _route_options(submit)
-    submit.add_argument("--workdir", metavar="DIR", help="where the rendered file is written (default: a new temporary folder)")
+    submit.add_argument("--output-dir", metavar="DIR", help="where the rendered file is written (default: a new temporary folder)")
+    add_deprecated(submit, "pools submit", "--workdir", "--output-dir", "output_dir", "DIR")
     submit.set_defaults(handler=run_submit)

@@ -1,6 +1,6 @@
 """`accelport profile` and `accelport profile-diff`: per-op time from torch.profiler traces, and where two traces differ.
 
-    accelport profile --steps 3 -o cpu.json -- python train.py     # loop calls accelport.verify.bench.step()
+    accelport profile --steps 3 --trace cpu.json -- python train.py     # loop calls accelport.verify.bench.step()
     accelport profile-diff cuda.json cpu.json --format html -o diff.html
 
 profile-diff reads Chrome/Kineto traces (torch.profiler on CUDA, ROCm, XPU, CPU)
@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from accelport.cli._conventions import add_deprecated, add_output
 from accelport.cli._output import check_range, emit
 from accelport.errors import UserError
 
@@ -46,7 +47,7 @@ def run_profile(args: argparse.Namespace) -> int:
         raise UserError(f"{script[0]}: script {what}; give the Python file to profile, e.g. `accelport profile -- python train.py`")
     trace = Path(args.output_trace).resolve()
     if not trace.parent.is_dir():
-        raise UserError(f"-o {args.output_trace}: folder {trace.parent} does not exist; create it or pick another trace path")
+        raise UserError(f"--trace {args.output_trace}: folder {trace.parent} does not exist; create it or pick another trace path")
     check_range("--steps", args.steps, low=1)
     check_range("--warmup", args.warmup, low=0)
     child = [interpreter, "-m", "accelport.verify.profile", "--trace", str(trace), "--warmup", str(args.warmup)]
@@ -66,9 +67,9 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.format == "json":
         data = {"trace": str(trace), **summary.to_dict(),
                 "rows": [{"module": k[0], "op": k[1], **s.to_dict()} for k, s in summary.rows.items()]}
-        emit(json.dumps(data, indent=2) + "\n", args.report)
+        emit(json.dumps(data, indent=2) + "\n", args.output)
     else:
-        emit(f"trace written to {trace}\n" + profile.render_single(summary), args.report)
+        emit(f"trace written to {trace}\n" + profile.render_single(summary), args.output)
     return 0
 
 
@@ -100,11 +101,14 @@ def _steps_used_option(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("profile", help="run a Python script under torch.profiler; per-op breakdown",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-o", "--output-trace", default="accelport-trace.json", metavar="FILE", help="trace to write (default: %(default)s)")
+    parser.add_argument("--trace", dest="output_trace", default="accelport-trace.json", metavar="FILE",
+                        help="trace to write (default: %(default)s)")
+    add_deprecated(parser, "profile", "--output-trace", "--trace", "output_trace", "FILE")
     parser.add_argument("--steps", type=int, help="profile this many steps marked by bench.step() (default: the whole run)")
     parser.add_argument("--warmup", type=int, default=1, help="marked steps before profiling starts (default: %(default)s)")
     parser.add_argument("--format", choices=("table", "json"), default="table")
-    parser.add_argument("--report", metavar="FILE", help="write the breakdown to FILE instead of stdout")
+    add_output(parser, "the breakdown")
+    add_deprecated(parser, "profile", "--report", "-o/--output", "output", "FILE")
     _steps_used_option(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python script.py ARGS")
     parser.set_defaults(handler=run_profile)

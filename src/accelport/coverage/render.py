@@ -256,7 +256,7 @@ def _list_row(target: TargetResult) -> list[object]:
 def render(report: CoverageReport, fmt: str, style: Any = None) -> str:
     if fmt == "table":
         return render_table(report, style)
-    return {"json": render_json, "md": render_markdown, "html": render_html}[fmt](report)
+    return {"json": render_json, "markdown": render_markdown, "html": render_html}[fmt](report)
 
 
 def render_lists(lists: Sequence[OpList], fmt: str) -> str:
@@ -265,7 +265,7 @@ def render_lists(lists: Sequence[OpList], fmt: str) -> str:
         return json.dumps([o.to_dict() for o in lists], indent=2) + "\n"
     headers = ["vendor", "backend", "version", "torch", "ops", "complete", "file", "source"]
     rows = [[o.vendor, o.backend, o.version, o.torch_version or "-", len(o.ops), "yes" if o.complete else "partial", o.origin, o.source] for o in lists]
-    if fmt == "md":
+    if fmt == "markdown":
         return markdown.table(headers, rows)
     if fmt == "html":
         page = HtmlPage("Operator lists")

@@ -39,6 +39,32 @@ from accelport.errors import UserError
 log = logging.getLogger(__name__)
 
 LADDERS = {"train": ("meta", "fake", "cpu"), "infer": ("fake", "cpu")}
+
+# The fused inference fast paths of nn.TransformerEncoderLayer / nn.MultiheadAttention run only
+# when the input's device type is one torch names there (torch/nn/modules/transformer.py and
+# activation.py, torch 2.6 to 2.13: "cpu", "cuda", "xpu" and the PrivateUse1 backend's name).
+# Out-of-tree backends (npu, musa, mlu, gcu, supa) register as PrivateUse1 and take them; the
+# in-tree device types below do not, so a target of theirs runs the unfused ops instead.
+FASTPATH_DEVICES = frozenset({"cpu", "cuda", "xpu"})
+IN_TREE_DEVICES = frozenset({"mps", "hpu", "mtia", "xla", "lazy", "ipu", "ve", "vulkan", "maia", "meta", "fpga"})
+
+
+def takes_fastpath(device_type: str) -> bool:
+    """Whether torch takes the fused transformer fast paths for tensors of `device_type`."""
+    return device_type in FASTPATH_DEVICES or device_type not in IN_TREE_DEVICES
+
+
+@contextmanager
+def _fastpath(enabled: bool) -> Iterator[None]:
+    """torch.backends.mha's fast-path switch set to `enabled` for the block, then restored."""
+    import torch
+
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(enabled)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
 STRATEGIES = ("meta", "fake", "cpu")
 _NO_SEQUENCE = 2**64 - 1  # AccumulateGrad nodes carry no sequence number
 
@@ -571,12 +597,15 @@ def trace(
     mode: str | None = None,
     strategy: str | None = None,
     label: str | None = None,
+    fastpath: bool = True,
 ) -> Trace:
     """Trace one step of the workload `factory` returns (see `Workload`).
 
     `mode` is train or infer (default: train when the model is in training mode); `strategy`
     forces one of meta, fake, cpu, otherwise they are tried in order (train: meta, fake, cpu;
     infer: fake, cpu) and the trace says which one worked and why the others did not.
+    `fastpath=False` traces the step as torch runs it on a device type that does not take
+    the fused transformer fast paths (see `takes_fastpath`).
     """
     if mode not in (None, "train", "infer"):
         raise UserError(f"mode {mode!r}: use train or infer")
@@ -585,12 +614,12 @@ def trace(
     spec = label or (factory if isinstance(factory, str) else getattr(factory, "__qualname__", repr(factory)))
     build = load_factory(factory) if isinstance(factory, str) else factory
     os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
-    import torch  # noqa: F401  (imported here so `accelport --help` stays fast)
+    import torch  # (imported here so `accelport --help` stays fast)
 
     started = time.perf_counter()
     silenced: list[str] = []
     try:
-        with _quiet_torch() as silenced:
+        with _quiet_torch() as silenced, _fastpath(fastpath and torch.backends.mha.get_fastpath_enabled()):
             if mode is None and strategy is None:
                 mode = _mode_of(build, spec)
             ladder = (strategy,) if strategy else LADDERS[mode or "train"]
@@ -601,6 +630,9 @@ def trace(
                 if result is not None:
                     result.attempts = attempts
                     result.seconds = time.perf_counter() - started
+                    if not fastpath and result.mode == "infer":
+                        result.notes.append("traced with the fused transformer fast paths off, as torch runs on a "
+                                            "device type that does not take them (they need cpu, cuda, xpu or PrivateUse1)")
                     return result
                 log.info("%s: %s tracing failed: %s", spec, step, attempt.reason)
     finally:

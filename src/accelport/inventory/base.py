@@ -38,6 +38,20 @@ class SourceFile:
     # Parts a scanner could not read while the rest of the file was scanned (a wheel's
     # member): (part name, reason), reported as skipped `FILE!PART`.
     skipped_parts: list[tuple[str, str]] = field(default_factory=list, repr=False)
+    # At most this many findings are kept for the file (None: all). Beyond it, `admit` counts
+    # them per rule and keeps the first of each, for one summary finding per rule.
+    finding_limit: int | None = field(default=None, repr=False)
+    admitted: int = field(default=0, repr=False)
+    dropped: dict[str, tuple[int, Finding]] = field(default_factory=dict, repr=False)
+
+    def admit(self, finding: Finding) -> bool:
+        """Whether to keep `finding`: memory stays bounded on a file with millions of hits."""
+        if self.finding_limit is None or self.admitted < self.finding_limit:
+            self.admitted += 1
+            return True
+        count, first = self.dropped.get(finding.rule_id, (0, finding))
+        self.dropped[finding.rule_id] = (count + 1, first)
+        return False
 
     @property
     def text(self) -> str:

@@ -34,6 +34,7 @@ class Family:
     sources: tuple[str, ...] = ()
     sections: tuple[str, ...] = ()
     roc_library: str | None = None
+    rule: str | None = None  # the rule a use of the family is reported under (see `rule_for_family`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +137,7 @@ class Catalogue:
                 sources=tuple(table.get("sources", ())),
                 sections=tuple(meta.get("sections", ())),
                 roc_library=meta.get("roc_library"),
+                rule=table.get("rule"),
             )
         missing = set(tables) - set(self.families)
         if missing:
@@ -145,10 +147,14 @@ class Catalogue:
             if entry.get("family") not in self.families:
                 raise UserError(f"[[cuda_api]] {entry.get('symbol')!r}: unknown family {entry.get('family')!r}; known: {', '.join(sorted(self.families))}")
             self._user[entry["symbol"]] = entry
-        # Site symbols need not contain "cuda": scanners' byte prefilters must also look for them.
+        # Site symbols and families need not contain "cuda": scanners' byte prefilters must also look for them.
+        site_words = set(self._user)
+        for key in families_toml.get("site_families", ()):
+            family = self.families[key]
+            site_words.update((*family.prefixes, *family.namespaces, *(h.rstrip("/") for h in family.headers)))
         self.user_prefilter = (
-            re.compile(b"|".join(re.escape(sym.encode()) for sym in sorted(self._user, key=len, reverse=True)))
-            if self._user
+            re.compile(b"|".join(re.escape(word.encode()) for word in sorted(site_words, key=len, reverse=True)))
+            if site_words
             else None
         )
         self._explicit = {sym: fam for fam in self.families.values() for sym in fam.symbols}
@@ -258,14 +264,68 @@ class Catalogue:
 
 @knowledge.derived_cache
 def catalogue() -> Catalogue:
-    """The catalogue, with site `[[cuda_api]]` entries applied."""
+    """The catalogue, with site `[family.KEY]` tables and `[[cuda_api]]` entries applied."""
     hipify = knowledge.read_json("cuda_api/hipify_catalogue.json")
-    families = knowledge.read_toml("cuda_api/families.toml")
+    shipped = knowledge.read_toml("cuda_api/families.toml")
+    families = {"family": dict(shipped["family"]), "site_families": []}
+    user_data = knowledge._user_data()
+    for path, data in user_data:
+        for key, table in _checked_user_families(path, data.get("family", {}), set(families["family"])).items():
+            families["family"][key] = table
+            families["site_families"].append(key)
     known_families = set(families["family"])
     user: list[Mapping] = []
-    for path, data in knowledge._user_data():
+    for path, data in user_data:
         user.extend(_checked_user_entries(path, data.get("cuda_api", []), known_families))
-    return Catalogue(hipify, families, user)
+    result = Catalogue(hipify, families, user)
+    for family in result.families.values():
+        if family.category is Category.LIBRARY_CALL and rule_for_family(family) is None:
+            where = "a site knowledge file" if family.key in families["site_families"] else "knowledge/cuda_api/families.toml"
+            raise UserError(f"{where}: [family.{family.key}] has no rule: add rule = \"AP4xxx\" to it, or a [[rule]] "
+                            f"with family = \"{family.key}\"")
+    return result
+
+
+def rule_for_family(family: Family) -> str | None:
+    """The rule a library family's uses are reported under: its `rule`, else the library-call rule of its family."""
+    if family.rule:
+        return family.rule
+    for rule in knowledge.rules().values():
+        if rule.family == family.key and rule.category == Category.LIBRARY_CALL.value:
+            return rule.id
+    return None
+
+
+_FAMILY_REQUIRED = {"title": "what the family is", "category": "an accelport category, e.g. library-call"}
+
+
+def _checked_user_families(path: object, tables: object, shipped: set[str]) -> dict[str, Mapping]:
+    """A site file's `[family.KEY]` tables (new API families), each checked; a bad one is a UserError."""
+    if not isinstance(tables, Mapping):
+        raise UserError(f"{path}: `family` must be tables, written [family.KEY]")
+    checked = {}
+    for key, table in tables.items():
+        where = f"{path}: [family.{key}]"
+        if key in shipped:
+            raise UserError(f"{where}: a shipped family; add symbols to it with [[cuda_api]] entries instead")
+        if not isinstance(table, Mapping):
+            raise UserError(f"{where} must be a table")
+        for field_name, what in _FAMILY_REQUIRED.items():
+            if not isinstance(table.get(field_name), str) or not table[field_name].strip():
+                raise UserError(f"{where} lacks `{field_name}`; add {field_name} = \"...\" ({what})")
+        try:
+            Category(table["category"])
+        except ValueError:
+            raise UserError(f"{where}: unknown category {table['category']!r}; use one of "
+                            f"{', '.join(c.value for c in Category)}") from None
+        for field_name in ("headers", "libraries", "prefixes", "namespaces", "sources"):
+            value = table.get(field_name, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise UserError(f"{where}: `{field_name}` must be a list of non-empty strings")
+        if "rule" in table and (not isinstance(table["rule"], str) or table["rule"] not in knowledge.rules()):
+            raise UserError(f"{where}: rule {table.get('rule')!r} is not a known rule ID; `accelport rules` lists them")
+        checked[key] = table
+    return checked
 
 
 _USER_FIELDS = {"symbol": "the CUDA name", "family": "a family key"}

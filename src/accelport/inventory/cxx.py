@@ -24,7 +24,7 @@ from accelport.inventory.base import (
     backend_statuses,
     make_finding,
 )
-from accelport.inventory.cuda_api import ApiEntry, Catalogue, catalogue
+from accelport.inventory.cuda_api import ApiEntry, Catalogue, catalogue, rule_for_family
 from accelport.inventory.kernel_equivalents import (
     equivalent_for_kernel,
     equivalent_for_library_call,
@@ -76,24 +76,6 @@ _FULL_MASKS = frozenset({"0xffffffff", "0xffffffffu", "0xffffffffull", "~0u", "0
 _WARP_SIZE_NAME = re.compile(r"(?i)k?_?warp_?size")
 
 # Library family -> rule.
-_LIBRARY_RULES = {
-    "cublas": "AP4101",
-    "cudnn": "AP4102",
-    "cufft": "AP4103",
-    "curand": "AP4104",
-    "cusolver": "AP4105",
-    "cusparse": "AP4106",
-    "cub": "AP4107",
-    "thrust": "AP4108",
-    "nccl": "AP4109",
-    "cutlass": "AP4110",
-    "cute": "AP4110",
-    "cutensor": "AP4111",
-    "nvtx": "AP4112",
-    "rtc": "AP4113",
-    "cucomplex": "AP4114",
-    "cupti": "AP4115",
-}
 _HEADER_RULES = {
     Category.FRAMEWORK_API: "AP1910",
     Category.RUNTIME_API: "AP2010",
@@ -114,6 +96,7 @@ _QUERY_SOURCE = """
 (init_declarator declarator: (identifier) @const_name value: (number_literal) @const_value)
 (preproc_arg) @macro_body
 (launch_bounds) @launch_bounds
+(for_statement) @for_loop
 (ERROR) @error
 """
 
@@ -208,7 +191,8 @@ class _FileScan:
         finding = make_finding(rule_id, symbol=symbol, location=location, snippet=self.source.snippet(location.line), **kwargs)
         if family and family != finding.family:
             finding = replace(finding, family=family)
-        self.findings.append(finding)
+        if self.source.admit(finding):
+            self.findings.append(finding)
         return finding
 
     def _device_context(self, node) -> bool:
@@ -275,6 +259,7 @@ class _FileScan:
         self._fp64(captures.get("primitive", []))
         self._warp_size_constants(captures)
         self._launch_bounds(captures.get("launch_bounds", []))
+        self._warp_loops(captures.get("for_loop", []))
         self._registrations(captures.get("call", []))
         self._finish_type_counts()
         return sorted(self.findings, key=Finding.sort_key)
@@ -507,7 +492,7 @@ class _FileScan:
         elif family == "cooperative_groups":
             rule = "AP5012"
         else:
-            rule = _LIBRARY_RULES.get(family)
+            rule = rule_for_family(entry.family)  # from the knowledge files: a site family needs no code
             if rule is None:
                 return
         is_type = (not call) and (entry.kind == "type" or not entry.in_table)
@@ -537,7 +522,7 @@ class _FileScan:
     def _finish_type_counts(self) -> None:
         for symbol, index in self.first_type_finding.items():
             uses = self.type_uses[symbol]
-            if uses > 1:
+            if uses > 1 and index < len(self.findings):  # beyond the file's finding limit it was not kept
                 finding = self.findings[index]
                 self.findings[index] = replace(finding, message=f"{finding.message} ({uses} uses in this file)")
 
@@ -597,6 +582,32 @@ class _FileScan:
         for name, value in pairs:
             if _WARP_SIZE_NAME.fullmatch(name.text.decode("ascii", errors="replace")) and _squash(value.text).rstrip("uU") == "32":
                 self.add("AP9108", name, name.text.decode("ascii"), backends=_warp_backends())
+
+    def _warp_loops(self, loops) -> None:
+        """Shuffle reductions whose loop walks the offsets of a 32-lane warp (16, 8, 4, 2, 1 or 1 .. 16).
+
+        Flagged only when the loop variable is the offset of a warp shuffle in the body: a
+        halving loop over shared memory, or one that starts from warpSize / 2, is not.
+        """
+        for node in loops:
+            if self.device_function_at(node.start_byte) is None:
+                continue
+            parts = {name: node.child_by_field_name(name) for name in ("initializer", "condition", "update", "body")}
+            if any(part is None for part in parts.values()):
+                continue
+            start = _LOOP_START.fullmatch(_squash(parts["initializer"].text).rstrip(";"))
+            if start is None:
+                continue
+            var, value = start.group("var"), start.group("value").lower().rstrip("u")
+            update = _squash(parts["update"].text).replace(" ", "")
+            condition = _squash(parts["condition"].text).replace(" ", "")
+            halving = value in {"16", "0x10"} and update in _halvings(var)
+            doubling = value == "1" and update in _doublings(var) and condition in {f"{var}<32", f"{var}<=16", f"{var}<0x20"}
+            if not (halving or doubling) or not _shuffles_with(parts["body"].text, var):
+                continue
+            walk = "16, 8, 4, 2, 1" if halving else "1, 2, 4, 8, 16"
+            self.add("AP9109", parts["initializer"], f"{var} = {value}",
+                     message=f"warp reduction loop over offsets {walk}: assumes 32-lane warps", backends=_warp_backends())
 
     def _launch_bounds(self, bounds) -> None:
         for node in bounds:
@@ -858,6 +869,30 @@ def _occurrences(data: bytes, words: set[str]) -> list[tuple[int, str]]:
 
 def _is_word_byte(byte: int) -> bool:
     return byte == 95 or 48 <= byte <= 57 or 65 <= byte <= 90 or 97 <= byte <= 122
+
+
+_LOOP_START = re.compile(r"(?:(?:unsigned\s+|const\s+)?(?:int|unsigned|uint32_t|int32_t|size_t|auto)\s+)?(?P<var>[A-Za-z_]\w*)\s*=\s*(?P<value>0[xX]10|16|1)[uU]?")
+
+
+def _halvings(var: str) -> set[str]:
+    return {f"{var}/=2", f"{var}>>=1", f"{var}={var}/2", f"{var}={var}>>1"}
+
+
+def _doublings(var: str) -> set[str]:
+    return {f"{var}*=2", f"{var}<<=1", f"{var}={var}*2", f"{var}={var}<<1"}
+
+
+def _shuffles_with(body: bytes, var: str) -> bool:
+    """Whether `body` calls a __shfl* intrinsic with `var` among its arguments."""
+    text = body.decode("utf-8", errors="replace")
+    for match in re.finditer(r"__shfl\w*\s*\(", text):
+        depth, index = 1, match.end()
+        while index < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[index], 0)
+            index += 1
+        if re.search(rf"\b{re.escape(var)}\b", text[match.end():index]):
+            return True
+    return False
 
 
 def _squash(text: bytes) -> str:

@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 # Files smaller than this in total are scanned in-process: starting workers costs more.
 PARALLEL_MIN_BYTES = 2 * 1024 * 1024
+# Findings kept per file; beyond them one summary finding per rule says how many more there
+# are. A 60 MB generated file once gave 1.5 million findings and 11 GB of memory.
+MAX_FINDINGS_PER_FILE = 10_000
 _PYTHON_MODULE = "accelport.inventory.python"
 _CXX_MODULE = "accelport.inventory.cxx"
 _CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
@@ -50,15 +53,43 @@ def _declared_encoding(data: bytes) -> str | None:
     return None
 
 
-def scan_file(candidate: Candidate) -> FileResult:
-    """Scan one file; every failure becomes a skip reason, never an exception."""
+def _summaries(source: SourceFile, limit: int) -> list[Finding]:
+    """One finding per rule with findings beyond the limit: the first of them, saying how many more there are."""
+    from dataclasses import replace
+
+    return [
+        replace(
+            first,
+            message=f"{count} more {rule_id} finding{'s' if count > 1 else ''} in this file from here on, not listed "
+            f"(a file keeps its first {limit} findings; this one stands for the rest). First: {first.message}",
+        )
+        for rule_id, (count, first) in sorted(source.dropped.items())
+    ]
+
+
+def _capped(findings: list[Finding], source: SourceFile, limit: int | None) -> tuple[Finding, ...]:
+    if limit is None:
+        return tuple(findings)
+    if len(findings) > limit:  # a scanner that does not admit() as it goes
+        source.admitted = limit
+        for finding in findings[limit:]:
+            source.admit(finding)
+    return (*findings[:limit], *_summaries(source, limit))
+
+
+def scan_file(candidate: Candidate, finding_limit: int | None = None) -> FileResult:
+    """Scan one file; every failure becomes a skip reason, never an exception.
+
+    With `finding_limit`, at most that many findings are kept, and one summary finding
+    per rule stands for the rest (inventory: MAX_FINDINGS_PER_FILE).
+    """
     scanner = all_scanners()[candidate.scanner].load()
     try:
         data = read_regular(candidate.path, candidate.size)
     except OSError as exc:
         return FileResult(candidate.display, 0, skipped=f"cannot be read ({exc.strerror})")
     lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-    source = SourceFile(candidate.display, data)
+    source = SourceFile(candidate.display, data, finding_limit=finding_limit)
     if not scanner.binary:
         if b"\x00" in data[:8192]:
             return FileResult(candidate.display, lines, skipped="binary content (NUL bytes) in a source file")
@@ -85,14 +116,15 @@ def scan_file(candidate: Candidate) -> FileResult:
     except Exception as exc:  # a scanner bug must not lose the rest of the scan
         log.exception("%s scanner failed on %s", scanner.name, candidate.display)
         return FileResult(candidate.display, lines, skipped=f"internal error in the {scanner.name} scanner: {type(exc).__name__}: {exc}")
-    return FileResult(candidate.display, lines, tuple(findings), skipped_parts=tuple(source.skipped_parts))
+    findings = _capped(list(findings), source, finding_limit)
+    return FileResult(candidate.display, lines, findings, skipped_parts=tuple(source.skipped_parts))
 
 
-def _scan_chunk(chunk: Sequence[Candidate]) -> list[FileResult]:
+def _scan_chunk(chunk: Sequence[Candidate], finding_limit: int | None) -> list[FileResult]:
     # Parsing allocates millions of short-lived nodes; with the scanners' trees
     # free of reference cycles, the cyclic collector only costs time here.
     with gc_paused():
-        return [scan_file(c) for c in chunk]
+        return [scan_file(c, finding_limit) for c in chunk]
 
 
 @contextmanager
@@ -140,12 +172,12 @@ def _claim(counter, total: int) -> int | None:
     return index
 
 
-def _worker(chunks: list[list[Candidate]], counter, results) -> None:
+def _worker(chunks: list[list[Candidate]], counter, results, finding_limit: int | None) -> None:
     gc.disable()
     try:
         while (index := _claim(counter, len(chunks))) is not None:
             try:
-                results.put((index, [scan_file(c) for c in chunks[index]]))
+                results.put((index, [scan_file(c, finding_limit) for c in chunks[index]]))
             except BaseException as exc:  # a UserError from site knowledge, or worse: the parent re-raises it
                 results.put((index, exc))
                 return
@@ -159,6 +191,7 @@ def run_scanners(
     files: Sequence[Candidate],
     jobs: int,
     on_progress: Callable[[int], None] | None = None,
+    finding_limit: int | None = MAX_FINDINGS_PER_FILE,
 ) -> Iterable[FileResult]:
     total_bytes = sum(f.size for f in files)
     serial = jobs <= 1 or len(files) < 2 or total_bytes < PARALLEL_MIN_BYTES
@@ -168,7 +201,7 @@ def run_scanners(
         serial = "fork" not in multiprocessing.get_all_start_methods()
     if serial:
         for chunk in _chunks(files, 1):
-            yield from _scan_chunk(chunk)
+            yield from _scan_chunk(chunk, finding_limit)
             if on_progress:
                 on_progress(len(chunk))
         return
@@ -179,7 +212,7 @@ def run_scanners(
     chunks = _chunks(files, jobs)
     counter = context.Value("i", 0)
     results = context.Queue()
-    workers = [context.Process(target=_worker, args=(chunks, counter, results), daemon=True) for _ in range(jobs - 1)]
+    workers = [context.Process(target=_worker, args=(chunks, counter, results, finding_limit), daemon=True) for _ in range(jobs - 1)]
     for worker in workers:
         worker.start()
     done: set[int] = set()
@@ -212,7 +245,7 @@ def run_scanners(
     try:
         with gc_paused():
             while (index := _claim(counter, len(chunks))) is not None:
-                chunk_results = [scan_file(c) for c in chunks[index]]
+                chunk_results = [scan_file(c, finding_limit) for c in chunks[index]]
                 done.add(index)
                 yield from chunk_results
                 if on_progress:
@@ -223,7 +256,7 @@ def run_scanners(
             # Chunks claimed by a worker that died before it returned them: scan them here.
             for index in range(len(chunks)):
                 if index not in done:
-                    yield from _scan_chunk(chunks[index])
+                    yield from _scan_chunk(chunks[index], finding_limit)
     finally:
         for worker in workers:
             if worker.is_alive():
@@ -260,8 +293,13 @@ def scan(
     max_file_size: int = DEFAULT_MAX_FILE_SIZE,
     on_discovered: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    max_findings_per_file: int = MAX_FINDINGS_PER_FILE,
 ) -> Report:
-    """Inventory the CUDA dependencies under `paths` (files or folders)."""
+    """Inventory the CUDA dependencies under `paths` (files or folders).
+
+    Memory stays bounded whatever `max_file_size` allows: a file keeps at most
+    `max_findings_per_file` findings, and one summary finding per rule counts the rest.
+    """
     if target is not None:
         knowledge.vendor(target)  # unknown vendor -> UserError now, not after the scan
     # Load (and validate) every knowledge file before forking: workers share it, and a
@@ -287,7 +325,7 @@ def scan(
     skipped = list(found.skipped)
     scanned = 0
     lines = 0
-    for result in run_scanners(found.files, jobs, on_progress):
+    for result in run_scanners(found.files, jobs, on_progress, max_findings_per_file):
         lines += result.lines
         if result.skipped is not None:
             skipped.append(SkippedFile(result.display, result.skipped))

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
+import os
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import PurePosixPath
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from accelport import __version__, knowledge
 from accelport.findings import Category, Effort, Finding, Report
 from accelport.report import markdown
 
-FORMATS = ("table", "json", "sarif", "csv", "md", "html")
+FORMATS = ("table", "json", "sarif", "csv", "markdown", "html")
 
 
 def _by_file(report: Report) -> dict[str, list[Finding]]:
@@ -240,12 +243,60 @@ def render_html(report: Report) -> str:
 _SARIF_LEVEL = {Effort.NONE: "note", Effort.LOW: "note", Effort.MEDIUM: "warning", Effort.HIGH: "error"}
 
 
-def _uri(path: str) -> str:
-    return str(PurePosixPath(path.replace("\\", "/"))).lstrip("./") or path
+def repository_root(start: str | None = None) -> Path:
+    """The nearest folder at or above `start` (default: the working folder) holding `.git`; else `start` itself."""
+    here = Path(os.path.abspath(start or os.getcwd()))
+    for folder in (here, *here.parents):
+        if (folder / ".git").exists():
+            return folder
+    return here
 
 
-def render_sarif(report: Report) -> str:
-    """SARIF 2.1.0: one run, every rule that fired as a reportingDescriptor, skipped files as notifications."""
+def _artifact(path: str, root: Path) -> dict[str, str]:
+    """A SARIF artifactLocation: relative to SRCROOT (the repository root) when the file is inside it, else a file:// URI.
+
+    Paths are made absolute as written (`..` folded, links not followed) so `.tools/t.py`
+    keeps its dot, `../train.py` is not mistaken for `train.py` and `/tmp/x` stays absolute.
+    """
+    member = ""
+    if "!" in path and not os.path.exists(path):  # FILE!PART: a member of an archive
+        path, member = path.split("!", 1)
+    absolute = Path(os.path.normpath(os.path.abspath(path)))
+    suffix = quote(f"!{member}") if member else ""
+    try:
+        relative = absolute.relative_to(root)
+    except ValueError:
+        return {"uri": absolute.as_uri() + suffix}
+    return {"uri": quote(relative.as_posix()) + suffix, "uriBaseId": "SRCROOT"}
+
+
+def _folder_uri(folder: Path) -> str:
+    uri = folder.as_uri()
+    return uri if uri.endswith("/") else uri + "/"  # SARIF: a base URI ends with a slash
+
+
+def _fingerprints(findings: list[Finding], uris: list[str]) -> list[str]:
+    """Stable across runs and line moves: rule + path + the line's text with its spacing normalised (+ occurrence)."""
+    seen: dict[str, int] = {}
+    out = []
+    for finding, uri in zip(findings, uris, strict=True):
+        text = " ".join(finding.snippet.split())
+        cell = f"#cell{finding.location.cell}" if finding.location.cell is not None else ""
+        digest = hashlib.sha256(f"{finding.rule_id}\0{uri}{cell}\0{text}".encode()).hexdigest()[:32]
+        seen[digest] = seen.get(digest, 0) + 1
+        out.append(f"{digest}:{seen[digest]}")  # the same line twice in a file: two results, told apart in order
+    return out
+
+
+def render_sarif(report: Report, root: str | Path | None = None) -> str:
+    """SARIF 2.1.0: one run, every rule that fired as a reportingDescriptor, skipped files as notifications.
+
+    URIs are relative to `root` (default: the repository holding the working folder, else
+    the working folder), named by `originalUriBaseIds` SRCROOT; files outside it get
+    absolute file:// URIs. Each result carries a partial fingerprint for code-scanning
+    tools that track a finding across commits.
+    """
+    root = Path(os.path.normpath(os.path.abspath(root))) if root is not None else repository_root()
     rules = knowledge.rules()
     used = sorted({f.rule_id for f in report.findings})
     index = {rule_id: i for i, rule_id in enumerate(used)}
@@ -274,7 +325,9 @@ def render_sarif(report: Report) -> str:
             }
         )
     results = []
-    for f in report.findings:
+    locations = [_artifact(f.location.path, root) for f in report.findings]
+    fingerprints = _fingerprints(report.findings, [a["uri"] for a in locations])
+    for f, artifact, fingerprint in zip(report.findings, locations, fingerprints, strict=True):
         loc = f.location
         region: dict[str, Any] = {
             "startLine": loc.line,
@@ -299,9 +352,8 @@ def render_sarif(report: Report) -> str:
             "ruleIndex": index[f.rule_id],
             "level": _SARIF_LEVEL[f.effort],
             "message": {"text": f.message + (f" Suggested: {f.replacement}" if f.replacement else "")},
-            "locations": [
-                {"physicalLocation": {"artifactLocation": {"uri": _uri(loc.path), "uriBaseId": "SRCROOT"}, "region": region}}
-            ],
+            "locations": [{"physicalLocation": {"artifactLocation": artifact, "region": region}}],
+            "partialFingerprints": {"accelportFinding/v1": fingerprint},
             "properties": properties,
         }
         results.append(result)
@@ -309,7 +361,7 @@ def render_sarif(report: Report) -> str:
         {
             "level": "warning",
             "message": {"text": f"skipped: {s.reason}"},
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(s.path), "uriBaseId": "SRCROOT"}}}],
+            "locations": [{"physicalLocation": {"artifactLocation": _artifact(s.path, root)}}],
         }
         for s in report.skipped
     ]
@@ -327,6 +379,7 @@ def render_sarif(report: Report) -> str:
                         "rules": descriptors,
                     }
                 },
+                "originalUriBaseIds": {"SRCROOT": {"uri": _folder_uri(root)}},
                 "invocations": [
                     {"executionSuccessful": not report.skipped, "toolExecutionNotifications": notifications}
                 ],
@@ -342,6 +395,6 @@ RENDERERS: dict[str, Callable[[Report], str]] = {
     "json": render_json,
     "sarif": render_sarif,
     "csv": render_csv,
-    "md": render_markdown,
+    "markdown": render_markdown,
     "html": render_html,
 }

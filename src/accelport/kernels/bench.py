@@ -23,6 +23,11 @@ from accelport.kernels.registry import Case, Operator
 CPU_NOTE = "CPU: timed the PyTorch reference path (Triton kernels need an accelerator to be timed)"
 
 
+def _figure(value: float) -> float:
+    """Four significant digits: a slow CPU run's 3e-05 TFLOP/s must not print as 0."""
+    return float(f"{value:.4g}")
+
+
 @dataclass(frozen=True)
 class BenchResult:
     op: str
@@ -56,13 +61,13 @@ class BenchResult:
             "implementation": self.implementation,
             "bound": self.bound,
             "unit": self.unit,
-            "ms": round(self.ms, 5),
-            "achieved": round(self.achieved, 4),
+            "ms": _figure(self.ms),
+            "achieved": _figure(self.achieved),
             "peak": self.peak,
-            "fraction_of_peak": None if self.fraction is None else round(self.fraction, 4),
-            "torch_ms": round(self.torch_ms, 5),
-            "torch_achieved": round(self.torch_achieved, 4),
-            "torch_fraction_of_peak": None if self.torch_fraction is None else round(self.torch_fraction, 4),
+            "fraction_of_peak": None if self.fraction is None else _figure(self.fraction),
+            "torch_ms": _figure(self.torch_ms),
+            "torch_achieved": _figure(self.torch_achieved),
+            "torch_fraction_of_peak": None if self.torch_fraction is None else _figure(self.torch_fraction),
             "speedup_vs_torch": round(self.speedup, 3),
             "note": self.note,
             "large_shape": self.large,

@@ -89,11 +89,10 @@ def _cached_parse(raw: bytes, name: str) -> dict[str, Any]:
     data = toml_parser().loads(raw.decode("utf-8"))
     if path is not None:
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            with open(tmp, "wb") as handle:
+            from accelport.fileio import atomic_open
+
+            with atomic_open(path, "wb", encoding=None) as handle:
                 pickle.dump(data, handle, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
         except OSError:
             pass  # a read-only home is fine: parse every time
     return data

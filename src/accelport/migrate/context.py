@@ -106,6 +106,7 @@ class FileContext:
     # The whole file's parse, when `source.tree` holds only the statements with findings.
     whole_tree: Callable[[], ast.Module] | None = None
     helper: HelperImport = field(default_factory=module_import)  # where the helpers torch lacks come from
+    modules: set[str] = field(default_factory=set)  # standard modules the rewrites use (`collections`)
     _whole_parse: ast.Module | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -147,6 +148,11 @@ class FileContext:
     def dist(self) -> str:
         name = self._module_binding("torch.distributed")
         return name if name is not None else f"{self.torch}.distributed"
+
+    def module(self, name: str) -> str:
+        """A standard module the rewrite uses (imported when the module does not bind it)."""
+        self.modules.add(name)
+        return name
 
     def compat(self) -> str:
         """The name the helpers are reached by (the generated helper module, or accelport.compat)."""
@@ -255,7 +261,8 @@ class FileContext:
         An import goes where isort (ruff's I001) puts it: into its section of the module's
         import block, in sorted order, or as a new section in the place of its kind.
         """
-        if not (self.needs_device and not self._device_defined) and not self.needs_compat and not self.needs_torch:
+        missing = sorted(m for m in self.modules if self._binding(m) is None)
+        if not (self.needs_device and not self._device_defined) and not self.needs_compat and not self.needs_torch and not missing:
             return []
         nl = self.layout.newline
         tree = self.source.tree
@@ -273,7 +280,7 @@ class FileContext:
         else:
             offset = self._top_offset()
             torch_bound_before = False
-        imports = []
+        imports = [(f"import {name}", "stdlib") for name in missing]
         if self.needs_torch or (self.needs_device and not self._device_defined and not torch_bound_before):
             imports.append(("import torch", "thirdparty"))
         if self.needs_compat and not self._imports_compat():
@@ -337,7 +344,7 @@ class FileContext:
         listed = ", ".join(a.name if a.asname is None else f"{a.name} as {a.asname}" for a in names)
         text = f"from {'.' * twin.level}{twin.module or ''} import {listed}"
         start, end = self.source.start(twin), self.source.end(twin)
-        return Edit(start, end, "lines", transform=lambda _fragment, _layout: text)
+        return Edit(start, end, "text", transform=lambda _fragment, _layout: text)
 
     def _end_of(self, statement: ast.stmt) -> int:
         return self.source.line_span(statement.end_lineno, statement.end_lineno)[1]
@@ -525,5 +532,30 @@ def _local_device(function: ast.FunctionDef | ast.AsyncFunctionDef, site: Site) 
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
             target, value = stmt.target, stmt.value
         if isinstance(target, ast.Name) and target.id == "device":
-            kind = "typed" if _device_valued(value) else "untyped"
+            kind = "typed" if _device_valued(value) else "untyped" if _maybe_device(value) else None
     return kind
+
+
+def _maybe_device(node: ast.AST) -> bool:
+    """Could this value be a device string (a literal, an f-string, a `.device`-like name, a conditional of those)?
+
+    `device = torch.cuda.memory_allocated()` holds no device: reusing it would pass a number.
+    """
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.Call):  # torch.device(...), get_device(args), current_accelerator()
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return "device" in name.lower() or _device_valued(node)
+    if isinstance(node, ast.Attribute | ast.Name):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id
+        return "device" in name.lower() or name in DEVICE_NAMES
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and "device" in str(node.slice.value)
+    if isinstance(node, ast.IfExp):
+        return _maybe_device(node.body) and _maybe_device(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return all(_maybe_device(v) for v in node.values)
+    return False

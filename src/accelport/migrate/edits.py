@@ -41,7 +41,7 @@ class Edit:
 
     start: int
     end: int
-    kind: str  # "expr" | "stmt" | "lines" | "replace" | "insert"
+    kind: str  # "expr" | "stmt" | "text" (transform(fragment, layout) -> str) | "replace" | "insert"
     transform: Any = None
     text: str = ""  # for inserts
     site: Site | None = None
@@ -144,8 +144,8 @@ def _produce(edit: Edit, fragment: str, layout: Layout) -> str:
     if edit.kind == "expr":
         result = edit.transform(expression(fragment))
         return code(result)
-    if edit.kind == "lines":
-        # Whole lines rewritten as text (a guard put around a statement): the rescan checks they parse.
+    if edit.kind == "text":
+        # Rewritten as text (a guard around a statement, a renamed call): the rescan checks it parses.
         return edit.transform(fragment, layout)
     return _produce_statement(edit, fragment, layout)
 

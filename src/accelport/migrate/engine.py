@@ -45,6 +45,7 @@ from accelport.migrate.edits import Edit, LineMap, apply_edits
 from accelport.migrate.helpers import (
     DEFAULT_MODULE,
     HelperImport,
+    forget_folders,
     helper_import_for,
     module_import,
     module_text,
@@ -538,6 +539,7 @@ def migrate(
         knowledge.vendor(options.target)
     if not options.roots:
         options = dataclasses.replace(options, roots=tuple(paths))
+    forget_folders()
     knowledge.rules()
     marker_texts()
     codemods.load()

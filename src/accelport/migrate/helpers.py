@@ -53,7 +53,12 @@ def module_import(module: str = DEFAULT_MODULE) -> HelperImport:
 
 def helper_import_for(path: str, module: str, roots: Sequence[str] = ()) -> HelperImport:
     """Where the helper module for the file at `path` lives and how the file imports it."""
-    folder = os.path.dirname(os.path.abspath(path))
+    return _helper_import_in(os.path.dirname(os.path.abspath(path)), module, tuple(roots))
+
+
+@functools.lru_cache(maxsize=1024)
+def _helper_import_in(folder: str, module: str, roots: tuple[str, ...]) -> HelperImport:
+    """helper_import_for, once per folder (every file of a folder reaches the helpers alike)."""
     limits = [os.path.abspath(r) if os.path.isdir(r) else os.path.dirname(os.path.abspath(r)) for r in roots]
     top, depth = folder, 0
     while _is_package(top):
@@ -66,6 +71,12 @@ def helper_import_for(path: str, module: str, roots: Sequence[str] = ()) -> Help
         dots = "." * (depth + 1)
         return HelperImport(f"from {dots} import {module}", module, "local", helper, _local_names(os.path.dirname(top)))
     return HelperImport(f"import {module}", module, "firstparty", helper, _local_names(folder) | {module})
+
+
+def forget_folders() -> None:
+    """Drop what was learnt about folders (a new run sees the tree as it is now)."""
+    _helper_import_in.cache_clear()
+    _local_names.cache_clear()
 
 
 def _within(path: str, folder: str) -> bool:

@@ -28,9 +28,22 @@ def render_diff(result: MigrationResult) -> str:
     return "".join(f.diff() for f in result.files)
 
 
-def render_summary(result: MigrationResult, style=None) -> str:
-    """A few lines per changed file and the totals; `style` colours them (accelport.cli._output.Style)."""
+_WOULD_WORDS = {
+    REWRITTEN: "to rewrite",
+    MARKED: "to mark for manual work",
+    NOT_REWRITTEN: "not to rewrite (to mark)",
+    ADDED: "to add",
+    REMOVED: "to remove",
+}
+
+
+def render_summary(result: MigrationResult, style=None, *, written: bool) -> str:
+    """A few lines per changed file and the totals; `style` colours them (accelport.cli._output.Style).
+
+    `written`: the files were changed (--write); otherwise the summary says what would change.
+    """
     style = style or _Plain()
+    words = _ACTION_WORDS if written else _WOULD_WORDS
     lines = []
     for migration in result.files:
         if migration.error is not None:
@@ -39,7 +52,7 @@ def render_summary(result: MigrationResult, style=None) -> str:
         counts = migration.counts()
         if not counts:
             continue
-        parts = [f"{counts[a]} {_ACTION_WORDS[a]}" for a in (REWRITTEN, MARKED, NOT_REWRITTEN, ADDED, REMOVED) if counts[a]]
+        parts = [f"{counts[a]} {words[a]}" for a in (REWRITTEN, MARKED, NOT_REWRITTEN, ADDED, REMOVED) if counts[a]]
         lines.append(f"{style.bold(migration.path)}: {', '.join(parts)}")
         for change in migration.changes:
             if change.action in (MARKED, NOT_REWRITTEN):
@@ -53,12 +66,15 @@ def render_summary(result: MigrationResult, style=None) -> str:
             f"rewrite (see `accelport inventory`): {names}"
         )
     summary = result.summary()
-    lines.append(
-        f"{summary['files_changed']} file(s) to change of {summary['files_with_findings']} with findings "
-        f"({summary['files_scanned']} scanned): {summary['rewritten']} rewritten, {summary['marked']} marked, "
-        f"{summary['added']} added, {summary['removed']} removed"
-        + (f"; {summary['files_left_alone']} file(s) left alone" if summary["files_left_alone"] else "")
-    )
+    if written:
+        totals = (f"{summary['files_changed']} file(s) changed of {summary['files_with_findings']} with findings "
+                  f"({summary['files_scanned']} scanned): {summary['rewritten']} rewritten, {summary['marked']} marked, "
+                  f"{summary['added']} added, {summary['removed']} removed")
+    else:
+        totals = (f"{summary['files_changed']} file(s) would change of {summary['files_with_findings']} with findings "
+                  f"({summary['files_scanned']} scanned; nothing written): would rewrite {summary['rewritten']}, "
+                  f"mark {summary['marked']}, add {summary['added']}, remove {summary['removed']}")
+    lines.append(totals + (f"; {summary['files_left_alone']} file(s) left alone" if summary["files_left_alone"] else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -108,11 +108,16 @@ class Site:
 
     @cached_property
     def function(self) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-        """The innermost function whose *body* holds the node (its defaults and decorators run outside it)."""
+        """The innermost function whose *body* holds the node (its defaults and decorators run outside it).
+
+        None inside a class body: the function's locals are not what a class body's names resolve to.
+        """
         child: ast.AST = self.node
         for node in self.parents:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(child is s for s in node.body):
                 return node
+            if isinstance(node, ast.ClassDef) and any(child is s for s in node.body):
+                return None
             child = node
         return None
 
@@ -145,6 +150,7 @@ class SourceIndex:
     line_starts: list[int] = field(default_factory=list)
     quote: str = '"'  # the file's usual string quote (FileContext sets it)
     parents: dict[int, ast.AST] = field(default_factory=dict)
+    _strings_by_statement: dict[int, set[int]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def parse(cls, text: str, filename: str = "<source>") -> SourceIndex:
@@ -205,14 +211,25 @@ class SourceIndex:
     def line_ends_in_string(self, line: int) -> bool:
         """Does physical line `line` end inside a string literal (a triple-quoted one running on)?"""
         for statement in self._statements_covering(line):
-            for node in ast.walk(statement):
-                if (
-                    isinstance(node, ast.JoinedStr | ast.Constant)
-                    and isinstance(getattr(node, "value", ""), str | bytes | list)
-                    and node.lineno <= line < node.end_lineno
-                ):
-                    return True
+            if line in self._string_lines(statement):
+                return True
         return False
+
+    def _string_lines(self, statement: ast.stmt) -> set[int]:
+        """The lines of a top-level statement that end inside a string (walked once, however many markers it gets)."""
+        found = self._strings_by_statement.get(id(statement))
+        if found is None:
+            found = set()
+            if statement.end_lineno != statement.lineno:
+                for node in ast.walk(statement):
+                    if (
+                        isinstance(node, ast.JoinedStr | ast.Constant)
+                        and isinstance(getattr(node, "value", ""), str | bytes | list)
+                        and node.lineno < node.end_lineno
+                    ):
+                        found.update(range(node.lineno, node.end_lineno))
+            self._strings_by_statement[id(statement)] = found
+        return found
 
     def _statements_covering(self, line: int) -> list[ast.stmt]:
         """The outermost statements whose lines include `line`."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from accelport.errors import UserError
 from accelport.pools.launch import image_for, injected_env, launch_command, scheduler_facts
-from accelport.pools.model import JobSpec, Pool, PoolState, scale_memory
+from accelport.pools.model import JobSpec, Pool, PoolState, check_renderable, scale_memory
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "accelport"}
 
@@ -161,6 +161,7 @@ def render_kubernetes(job: JobSpec, pool: Pool) -> list[dict[str, Any]]:
     kube = pool.kubernetes
     if kube is None or pool.engine != "kubernetes":
         raise ValueError(f"pool {pool.name} is not a Kubernetes pool")
+    check_renderable(job, pool)
     if job.service is not None:
         return render_deployment(job, pool)
     if kube.scheduler == "volcano":

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -26,6 +28,13 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MEMORY = re.compile(r"^([1-9][0-9]*)(Ki|Mi|Gi|Ti)$")
 _TIME = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2}):(\d{2})$")
+# C0 and C1 control characters and DEL: a newline or carriage return in a rendered value starts
+# a new shell line (or #SBATCH directive), an ESC rewrites the terminal of whoever reads it.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# A Slurm GRES name or type: it goes into `name:type:count` and into the batch script's shell code.
+_GRES_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Fields that are never rendered: where a spec came from, a vendor profile's provenance and notes.
+_NOT_RENDERED = frozenset({"source", "sources", "notes", "extra", "onchip_memory"})
 
 
 class PoolState(str, Enum):
@@ -170,6 +179,76 @@ class Pool:
         if self.nodes:
             return self.nodes
         return -(-self.capacity // self.devices_per_node) if self.capacity else 0
+
+
+# --------------------------------------------------------------------------- safe to render
+
+
+def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    """(field path, text) for every string a job or pool holds, keys of tables included."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, Enum):
+        return
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for item in dataclasses.fields(value):
+            if item.name not in _NOT_RENDERED:
+                yield from _strings(getattr(value, item.name), f"{where}.{item.name}")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield f"{where} key", str(key)
+            yield from _strings(item, f"{where}.{key}")
+    elif isinstance(value, tuple | list):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{where}[{index}]")
+
+
+def _character_name(char: str) -> str:
+    return {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\x1b": "an ESC", "\x00": "a NUL"}.get(
+        char, f"control character U+{ord(char):04X} {unicodedata.name(char, '')}".rstrip()
+    )
+
+
+def check_renderable(job: JobSpec | None = None, pool: Pool | None = None) -> None:
+    """Refuse, naming the file and the field, any value that could change the shape of what is rendered.
+
+    Every string of the job and the pool (and of the pool's vendor profile) is checked for
+    control characters, wherever it is rendered: a newline in a workdir would otherwise put a
+    bare shell line between the #SBATCH directives. Environment variable names and GRES names
+    go into shell code unquoted, so they must be words. Quoting is the renderers' job; this
+    check is what quoting cannot fix.
+    """
+    subjects: list[tuple[Any, str, str]] = []
+    if job is not None:
+        subjects.append((job, "job", job.source or f"job {job.name!r}"))
+    if pool is not None:
+        subjects.append((pool, f"pool.{pool.name}", pool.source or f"pool {pool.name!r}"))
+    for subject, prefix, origin in subjects:
+        for where, text in _strings(subject, prefix):
+            bad = _CONTROL.search(text)
+            if bad:
+                where = _CONTROL.sub(lambda m: repr(m.group())[1:-1], where)  # the message stays one line
+                raise UserError(
+                    f"{origin}: {where} {text[:60]!r}{'...' if len(text) > 60 else ''} contains {_character_name(bad.group())}; a rendered script or manifest "
+                    "cannot hold it safely: remove it"
+                )
+    if job is not None:
+        for key in job.env:
+            if not _ENV_NAME.match(key):
+                raise UserError(f"{subjects[0][2]}: job.env.{key} is not a valid environment variable name (letters, digits, '_')")
+    if pool is not None:
+        origin = pool.source or f"pool {pool.name!r}"
+        for variable in pool.vendor.visible_devices:
+            if not _ENV_NAME.match(variable):
+                raise UserError(f"{origin}: vendor {pool.vendor.key}: visible-devices variable {variable!r} is not a valid name")
+        if pool.slurm is not None:
+            for key in ("gres", "gres_type"):
+                value = getattr(pool.slurm, key)
+                if value and not _GRES_WORD.match(value):
+                    raise UserError(
+                        f"{origin}: pool.{pool.name}.slurm.{key} {value!r} must be letters, digits, '_', '.' or '-' "
+                        "(a Slurm GRES name or type)"
+                    )
 
 
 # --------------------------------------------------------------------------- parsing
@@ -342,6 +421,7 @@ def job_from_toml(path: str | Path) -> JobSpec:
         raise UserError(f"{origin}: job.service is set, so job.nodes must be 1 (replicas scale a service, not nodes)")
     if service is not None and launcher != "none":
         raise UserError(f"{origin}: job.service is set, so job.launcher must be \"none\" (the command is the server)")
+    check_renderable(job)
     return job
 
 
@@ -470,6 +550,7 @@ def _pool_from(table: _Table) -> Pool:
         pool = replace(pool, capacity=pool.devices)
     if getattr(pool, engine) is None:
         raise UserError(f"{origin}: pool.{name}.engine is {engine!r} but there is no [pool.{engine}] table; add it")
+    check_renderable(pool=pool)
     return pool
 
 

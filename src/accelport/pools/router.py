@@ -1,15 +1,20 @@
 """Pick one pool for one job: pinned, weighted ramp, load-aware, failover; never split a job.
 
-The weighted ramp hashes the job id, so a resubmitted job lands where it landed before,
-and over many jobs each active pool gets its weight's share. Load signals (from probes)
-move a job off a pool that cannot start it now; backup pools take work only when no
-primary or canary pool can; drained pools (running jobs finish there) and pools
-that are down take nothing new.
+The weighted ramp is rendezvous (highest-random-weight) hashing: each active pool scores
+the job id, and the highest score wins. A resubmitted job lands where it landed before,
+over many jobs each active pool gets its weight's share, and when one pool's weight changes
+only the jobs that must move do: jobs move to a pool whose weight rose, or off a pool whose
+weight fell, never between two pools that kept theirs. Load signals (from probes) move a job
+off a pool that cannot start it now; a pool whose probe sees no devices at all (every node
+drained or down) takes nothing under any policy; backup pools take work only when no
+primary or canary pool can; drained pools (running jobs finish there) and pools that are
+down take nothing new.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,7 +99,7 @@ class Decision:
     pool: str | None  # None: no pool can take the job
     policy: str
     reason: str
-    ticket: float  # the job id's hash in [0, 1): where it falls on the weighted ramp
+    ticket: float  # the job id's hash in [0, 1), the same in every process
     candidates: tuple[Candidate, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -116,11 +121,13 @@ def ticket(job_id: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def _why_not(job: JobSpec, pool: Pool) -> str:
+def _why_not(job: JobSpec, pool: Pool, load: Load | None = None) -> str:
     if pool.state is PoolState.DRAIN:
         return "drained: no new jobs, running ones finish"
     if pool.state is PoolState.DOWN:
         return "down: pool unavailable, no jobs"
+    if load is not None and load.total == 0:
+        return f"no capacity: {load.source or 'its load signal'} sees 0 devices (nodes drained or down)"
     if pool.devices and job.devices > pool.devices:
         return f"needs {job.devices} devices, pool has {pool.devices}"
     if pool.engine == "kubernetes" and pool.vendor.key not in job.images and not (pool.kubernetes and pool.kubernetes.image):
@@ -130,14 +137,21 @@ def _why_not(job: JobSpec, pool: Pool) -> str:
     return ""
 
 
-def _weighted_pick(active: list[Pool], point: float) -> Pool:
-    total = sum(p.weight for p in active)
-    edge = 0.0
-    for pool in active:
-        edge += pool.weight / total
-        if point < edge:
-            return pool
-    return active[-1]
+def rendezvous_score(job_id: str, pool: Pool) -> float:
+    """The pool's bid for the job: ln(u) / weight, u uniform in (0, 1) from SHA-256 of (job id, pool name).
+
+    The highest bid wins; pool i then wins with probability weight_i / sum of weights
+    (weighted rendezvous hashing, the logarithmic method of Schindelhauer and Schomaker,
+    "Weighted Distributed Hash Tables", SPAA 2005). A pool's bid depends on its own weight
+    only, so changing one weight changes only which jobs that pool wins.
+    """
+    digest = hashlib.sha256(f"{job_id}\0{pool.name}".encode()).digest()
+    u = (int.from_bytes(digest[:8], "big") + 0.5) / 2**64
+    return math.log(u) / pool.weight
+
+
+def _weighted_pick(active: list[Pool], job_id: str) -> Pool:
+    return max(active, key=lambda p: (rendezvous_score(job_id, p), p.name))
 
 
 def decide(
@@ -155,7 +169,8 @@ def decide(
     point = ticket(job.id)
     # Sorted by name so the ramp does not depend on the order pool files were given in.
     ordered = sorted(pools, key=lambda p: p.name)
-    active = [p for p in ordered if p.state in (PoolState.PRIMARY, PoolState.CANARY) and not _why_not(job, p)]
+    why_not = {p.name: _why_not(job, p, signals.get(p.name)) for p in ordered}
+    active = [p for p in ordered if p.state in (PoolState.PRIMARY, PoolState.CANARY) and not why_not[p.name]]
     active_weight = sum(p.weight for p in active)
     candidates = tuple(
         Candidate(
@@ -165,8 +180,8 @@ def decide(
             state=p.state.value,
             weight=p.weight,
             share=(p.weight / active_weight) if p in active and active_weight else 0.0,
-            eligible=not _why_not(job, p),
-            why_not=_why_not(job, p),
+            eligible=not why_not[p.name],
+            why_not=why_not[p.name],
             load=signals.get(p.name),
         )
         for p in ordered
@@ -179,12 +194,12 @@ def decide(
         pinned = next((p for p in pools if p.name == pin), None)
         if pinned is None:
             return done(None, f"pinned pool {pin!r} is not among the pools given")
-        why = _why_not(job, pinned)
+        why = why_not[pinned.name]
         if why and why != "weight 0":
             return done(None, f"pinned pool {pin!r} cannot take the job: {why}")
         return done(pinned, f"pinned to {pin}")
 
-    eligible = [p for p in ordered if not _why_not(job, p)]
+    eligible = [p for p in ordered if not why_not[p.name]]
     if not eligible:
         largest = max((p.devices for p in pools if not p.state.closed), default=0)
         if largest and job.devices > largest:
@@ -207,8 +222,8 @@ def decide(
         return done(best, f"least loaded of {', '.join(p.name for p in pool_set)}")
 
     if active:
-        chosen = _weighted_pick(active, point)
-        reason = f"weighted ramp: ticket {point:.4f} falls in {chosen.name}'s share ({chosen.weight}/{active_weight})"
+        chosen = _weighted_pick(active, job.id)
+        reason = f"weighted ramp: the rendezvous hash of the job id picks {chosen.name} (weight {chosen.weight} of {active_weight})"
         if can_start(chosen):
             return done(chosen, reason)
         # Load-aware: the ramp's pool cannot start the job now; prefer an active pool that can.

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from accelport.pools.launch import injected_env, launch_command, scheduler_facts
-from accelport.pools.model import JobSpec, Pool
+from accelport.pools.model import JobSpec, Pool, check_renderable
 
 
 def _slurm_memory(quantity: str) -> str:
@@ -17,11 +18,70 @@ _HEAD = "\x00head\x00"
 _RUN = "\x00run\x00"
 
 
+_PLACEHOLDERS = {_HEAD: "$head_node", _RUN: "$SLURM_JOB_ID"}
+_IN_DOUBLE_QUOTES = re.compile(r'([\\"$`])')  # what a backslash must protect inside "..."
+
+
 def _shell_word(arg: str) -> str:
     """Quote one argument; the rendezvous placeholders become shell variables, expanded by bash."""
-    if _HEAD in arg or _RUN in arg:
-        return '"' + arg.replace(_HEAD, "$head_node").replace(_RUN, "$SLURM_JOB_ID") + '"'
-    return shlex.quote(arg)
+    if _HEAD not in arg and _RUN not in arg:
+        return shlex.quote(arg)
+    pieces = re.split(f"({_HEAD}|{_RUN})", arg)
+    return '"' + "".join(_PLACEHOLDERS.get(p) or _IN_DOUBLE_QUOTES.sub(r"\\\1", p) for p in pieces) + '"'
+
+
+# How sbatch reads one `#SBATCH` line (src/sbatch/opt.c, _get_argument in Slurm 20-24):
+# arguments split at whitespace; '...' or "..." group characters, whitespace included; a
+# backslash takes the next character as it is, inside quotes too; an unquoted, unescaped #
+# ends the line (a comment). Shell quoting ($'..', "$x") means nothing there.
+_DIRECTIVE_PLAIN = re.compile(r"""^[^\s'"\\#]+$""")
+
+
+def directive(option: str, value: str) -> str:
+    """`#SBATCH --option=value`, the value quoted for sbatch's own parser where it needs it."""
+    if _DIRECTIVE_PLAIN.match(value):
+        return f"#SBATCH --{option}={value}"
+    return f'#SBATCH --{option}="' + re.sub(r'(["\\])', r"\\\1", value) + '"'
+
+
+class DirectiveError(ValueError):
+    """A `#SBATCH` line that sbatch would read otherwise than it looks."""
+
+
+def directive_arguments(line: str) -> list[str]:
+    """The arguments sbatch reads from one `#SBATCH` line (without the `#SBATCH` word)."""
+    arguments: list[str] = []
+    current: list[str] = []
+    started = quote = escaped = False
+    for char in line[len("#SBATCH") :]:
+        if escaped:
+            current.append(char)
+            escaped = False
+        elif char == "\\":
+            started = escaped = True
+        elif quote:
+            if char == quote:
+                quote = False
+            else:
+                current.append(char)
+        elif char in "'\"":
+            started, quote = True, char
+        elif char.isspace() or char == "#":
+            if started:
+                arguments.append("".join(current))
+                current, started = [], False
+            if char == "#":
+                return arguments
+        else:
+            started = True
+            current.append(char)
+    if quote:
+        raise DirectiveError(f"an unterminated {quote} quote")
+    if escaped:
+        raise DirectiveError("a lone backslash at the end")
+    if started:
+        arguments.append("".join(current))
+    return arguments
 
 
 def gres_request(pool: Pool, count: int) -> str:
@@ -107,29 +167,30 @@ def render_sbatch(job: JobSpec, pool: Pool) -> str:
     slurm = pool.slurm
     if slurm is None or pool.engine != "slurm":
         raise ValueError(f"pool {pool.name} is not a Slurm pool")
+    check_renderable(job, pool)
     profile = pool.vendor
     lines = [
         "#!/bin/bash",
         f"# Rendered by accelport: job {job.name!r} for pool {pool.name!r} ({profile.name}, device {profile.torch_device}, backend {profile.distributed_backend}).",
-        f"#SBATCH --job-name={job.name}",
-        f"#SBATCH --partition={slurm.partition}",
+        directive("job-name", job.name),
+        directive("partition", slurm.partition),
         f"#SBATCH --nodes={job.nodes}",
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gres={gres_request(pool, job.devices_per_node)}",
         f"#SBATCH --cpus-per-task={job.cpus_per_node}",
     ]
     if job.memory:
-        lines.append(f"#SBATCH --mem={_slurm_memory(job.memory)}")
+        lines.append(directive("mem", _slurm_memory(job.memory)))
     if job.time_limit:
-        lines.append(f"#SBATCH --time={job.time_limit}")
+        lines.append(directive("time", job.time_limit))
     if slurm.constraint:
-        lines.append(f"#SBATCH --constraint={slurm.constraint}")
+        lines.append(directive("constraint", slurm.constraint))
     if slurm.account:
-        lines.append(f"#SBATCH --account={slurm.account}")
+        lines.append(directive("account", slurm.account))
     if slurm.qos:
-        lines.append(f"#SBATCH --qos={slurm.qos}")
+        lines.append(directive("qos", slurm.qos))
     if job.workdir:
-        lines.append(f"#SBATCH --chdir={job.workdir}")
+        lines.append(directive("chdir", job.workdir))
     if slurm.exclusive:
         lines.append("#SBATCH --exclusive")
     if slurm.requeue:
@@ -162,6 +223,7 @@ def gres_conf(pools: list[Pool], nodes: dict[str, str] | None = None) -> str:
     for pool in pools:
         if pool.slurm is None:
             continue
+        check_renderable(pool=pool)
         nodelist = (nodes or {}).get(pool.name, f"<{pool.name}-nodes>")
         autodetect = facts["autodetect"].get(pool.vendor.key, "off")
         type_part = f" Type={pool.slurm.gres_type}" if pool.slurm.gres_type else ""
@@ -174,6 +236,8 @@ def gres_conf(pools: list[Pool], nodes: dict[str, str] | None = None) -> str:
 def slurm_conf(pools: list[Pool], nodes: dict[str, str] | None = None) -> str:
     """slurm.conf lines: GresTypes, one NodeName line (the pool's devices per node) and one partition per Slurm pool."""
     slurm_pools = [p for p in pools if p.slurm is not None]
+    for pool in slurm_pools:
+        check_renderable(pool=pool)
     gres_types = sorted({p.slurm.gres for p in slurm_pools if p.slurm})
     lines = ["# slurm.conf excerpt, rendered by accelport.", f"GresTypes={','.join(gres_types)}"]
     for pool in slurm_pools:

@@ -5,7 +5,7 @@ Kueue and Volcano kinds: their CRD openAPIV3Schemas kept in `pools/crds/`, made 
 (unknown fields rejected, as `kubectl --validate=strict` does). On top of both, what the
 schemas let through: device counts that are not integers (the schema accepts
 `nvidia.com/gpu: "two"`), and extended resources whose requests differ from their limits.
-Slurm scripts: `bash -n`, the `#SBATCH` lines, and optionally `sbatch --test-only`.
+Slurm scripts: `bash -n`, the `#SBATCH` lines read as sbatch reads them, and optionally `sbatch --test-only`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 from accelport.errors import MissingDependency, UserError
 from accelport.pools.launch import scheduler_facts
+from accelport.pools.slurm import DirectiveError, directive_arguments
 
 _QUANTITY = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -300,19 +301,44 @@ def validate_object(obj: Any, version: str | None = None) -> list[Problem]:
 # --------------------------------------------------------------------------- Slurm scripts
 
 
-def sbatch_problems(script: str, subject: str, *, test_only: bool = False, env: dict[str, str] | None = None) -> list[Problem]:
-    """`bash -n`, well-formed `#SBATCH` lines, and with `test_only` a real `sbatch --test-only`."""
+def _directive_problems(script: str, subject: str) -> list[Problem]:
+    """The shebang, control characters, and every `#SBATCH` line read the way sbatch reads it."""
     problems = []
     if not script.startswith("#!"):
         problems.append(Problem(subject, "line 1", "a batch script must start with #! (sbatch refuses it otherwise)", "sbatch"))
-    for number, line in enumerate(script.splitlines(), 1):
-        if line.startswith("#SBATCH") and not re.match(r"^#SBATCH --[a-z][a-z-]*(=\S.*)?$", line):
-            problems.append(Problem(subject, f"line {number}", f"malformed directive {line!r}", "sbatch"))
+    in_header = True  # sbatch reads directives up to the first line that is neither blank nor a comment
+    for number, line in enumerate(script.split("\n"), 1):
+        where = f"line {number}"
+        bad = re.search(r"[\x00-\x08\x0b-\x1f\x7f]", line)
+        if bad:
+            problems.append(Problem(subject, where, f"control character {bad.group()!r}: a script line cannot hold it safely", "sbatch"))
+        if in_header and line.strip() and not line.startswith("#"):
+            in_header = False
+        if not line.startswith("#SBATCH"):
+            continue
+        if not in_header:
+            problems.append(Problem(subject, where, f"{line!r} comes after the first command: sbatch ignores it", "sbatch"))
+            continue
+        try:
+            arguments = directive_arguments(line)
+        except DirectiveError as exc:
+            problems.append(Problem(subject, where, f"malformed directive {line!r}: {exc}", "sbatch"))
+            continue
+        if not arguments or not arguments[0].startswith("-"):
+            problems.append(Problem(subject, where, f"malformed directive {line!r}: no option after #SBATCH", "sbatch"))
+    return problems
+
+
+def sbatch_problems(script: str, subject: str, *, test_only: bool = False, env: dict[str, str] | None = None) -> list[Problem]:
+    """`bash -n`, well-formed `#SBATCH` lines, and with `test_only` a real `sbatch --test-only`."""
+    problems = _directive_problems(script, subject)
     bash = shutil.which("bash")
     with tempfile.TemporaryDirectory(prefix="accelport-sbatch-") as tmp:
         path = Path(tmp) / "job.sbatch"
         path.write_text(script, encoding="utf-8")
-        if bash:
+        if bash is None:
+            problems.append(Problem(subject, "", "bash not found on PATH: `bash -n` could not check the script", "bash"))
+        else:
             done = subprocess.run([bash, "-n", str(path)], capture_output=True, text=True, check=False)
             if done.returncode:
                 problems.append(Problem(subject, "", done.stderr.strip().replace(str(path), subject), "bash"))

@@ -29,6 +29,64 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
+# Width of a character in em, by class, for laying out text without a renderer. Each class is
+# at least as wide as its widest member in DejaVu Sans (the usual "sans-serif" on Linux, wider
+# than Arial or Helvetica), so text measured here never takes more room than we give it.
+_NARROW = frozenset("iljI.,:;|'!` ")
+_SLIM = frozenset("()[]{}-ftr/\\\"*")
+_WIDE = frozenset("mwMW@%…—")
+LEGEND_ROW = 16  # px per legend row
+LEGEND_GAP = 18  # px between two entries of a row
+SWATCH = 14  # px of the colour square and its space
+
+
+def text_width(text: str, font_size: float = 11.0) -> float:
+    """A generous estimate of the rendered width of `text` in px (see the classes above)."""
+    em = 0.0
+    for ch in text:
+        if ch in _NARROW:
+            em += 0.3
+        elif ch in _SLIM:
+            em += 0.42
+        elif ch in _WIDE:
+            em += 1.1
+        elif ch.isupper() or not ch.isalnum():  # capitals and the other symbols (+ < = > ? ^ ~ $ # &)
+            em += 0.85
+        else:
+            em += 0.7
+    return em * font_size
+
+
+def _fit(text: str, room: float, font_size: float = 11.0) -> str:
+    """`text`, cut with an ellipsis so that it fits in `room` px."""
+    if text_width(text, font_size) <= room:
+        return text
+    while text and text_width(text + "…", font_size) > room:
+        text = text[:-1]
+    return text + "…"
+
+
+def legend(names: Sequence[str], left: float, top: float, room: float) -> tuple[list[str], float]:
+    """Legend entries flowed left to right into rows no wider than `room` px.
+
+    Returns the SVG elements and the height they take. An entry too long for a row on its
+    own is cut with an ellipsis, its full name kept in a <title> tooltip.
+    """
+    out: list[str] = []
+    x, y = left, top
+    for index, name in enumerate(names):
+        color = PALETTE[index % len(PALETTE)]
+        label = _fit(name, room - SWATCH)
+        width = SWATCH + text_width(label)
+        if x > left and x + width > left + room:
+            x, y = left, y + LEGEND_ROW
+        tip = f"<title>{escape(name)}</title>" if label != name else ""
+        out.append(f'<g class="legend">{tip}<rect x="{x:.1f}" y="{y:.1f}" width="10" height="10" fill="{color}"/>'
+                   f'<text x="{x + SWATCH:.1f}" y="{y + 9:.1f}">{escape(label)}</text></g>')
+        x += width + LEGEND_GAP
+    return out, (y - top + LEGEND_ROW) if names else 0.0
+
+
 def line_chart(
     series: Mapping[str, Sequence[tuple[float, float]]],
     title: str = "",
@@ -38,8 +96,15 @@ def line_chart(
     width: int = 720,
     height: int = 320,
 ) -> str:
-    """Overlayed line series; points with non-finite y (or y <= 0 on a log axis) are left out."""
+    """Overlayed line series; points with non-finite y (or y <= 0 on a log axis) are left out.
+
+    The legend sits between the title and the plot, its entries flowed into as many rows as
+    their names need, so no name overlaps another or the lines; `height` grows by its rows.
+    """
     left, right, top, bottom = 64, 16, 28, 44
+    legend_items, legend_height = legend(list(series), left, top, width - left - right)
+    top += legend_height + 6 if legend_items else 0
+    height += legend_height + 6 if legend_items else 0
 
     def ty(y: float) -> float:
         return math.log10(y) if log_y else y
@@ -80,14 +145,12 @@ def line_chart(
     out.append(
         f'<text transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">{escape(y_label)}</text>'
     )
-    for index, (name, pts) in enumerate(points.items()):
+    for index, pts in enumerate(points.values()):
         color = PALETTE[index % len(PALETTE)]
         if pts:
             path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
             out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{path}"/>')
-        lx = left + 8 + index * 150
-        out.append(f'<rect x="{lx}" y="{top + 6}" width="10" height="10" fill="{color}"/>')
-        out.append(f'<text x="{lx + 14}" y="{top + 15}">{escape(name)}</text>')
+    out.extend(legend_items)
     out.append("</svg>")
     return "".join(out)
 

@@ -275,7 +275,8 @@ def _dtype_tolerances(where: str, name: str, value: Any) -> dict[str, tuple[floa
 
 @dataclass
 class Check:
-    """One line of the verdict; status is pass, fail or error (could not run: counts as a failure)."""
+    """One line of the verdict; status is pass, fail, error (could not run: counts as a failure) or
+    inconclusive (the measurement cannot tell: a threshold inside its confidence interval)."""
 
     section: str
     name: str
@@ -301,8 +302,17 @@ class AcceptReport:
     created: str
 
     @property
+    def verdict(self) -> str:
+        """pass: every check passed; fail: one failed or could not run; else inconclusive."""
+        if self.checks and all(c.passed for c in self.checks):
+            return "pass"
+        if not self.checks or any(c.status in ("fail", "error") for c in self.checks):
+            return "fail"
+        return "inconclusive"
+
+    @property
     def passed(self) -> bool:
-        return bool(self.checks) and all(c.passed for c in self.checks)
+        return self.verdict == "pass"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -312,8 +322,8 @@ class AcceptReport:
             "spec": str(self.spec.path),
             "created": self.created,
             "accelport": __version__,
-            "verdict": "pass" if self.passed else "fail",
-            "counts": {s: sum(1 for c in self.checks if c.status == s) for s in ("pass", "fail", "error")},
+            "verdict": self.verdict,
+            "counts": {s: sum(1 for c in self.checks if c.status == s) for s in ("pass", "fail", "error", "inconclusive")},
             "checks": [c.to_dict() for c in self.checks],
         }
 
@@ -395,11 +405,11 @@ def check_performance(entry: dict[str, Any]) -> Check:
     baseline = bench.load_result(entry["baseline"])
     comparison = bench.compare(test, baseline, floor=float(entry.get("floor", bench.DEFAULT_FLOOR)),
                                allow_mismatch=bool(entry.get("allow_mismatch", False)))
-    status = "pass" if comparison.passed else "fail"
+    status = comparison.verdict
     summary = (
         f"{comparison.ratio:.3f}x of baseline {comparison.basis} (95% CI {comparison.ci_low:.3f}..{comparison.ci_high:.3f}); "
         f"floor {comparison.floor:.2f}"
-        + ("; the floor lies inside the CI" if comparison.floor_within_ci else "")
+        + (f"; {comparison.describe()}" if comparison.floor_within_ci else "")
         + (f"; compared although the scenarios differ: {'; '.join(comparison.mismatch)}" if comparison.mismatch else "")
         + "".join(f"; the {side} stopped on {result.stop_reason} before its CI reached the target width"
                   for side, result in (("test", test), ("baseline", baseline)) if result.stop_reason in bench.UNCONVERGED)
@@ -519,15 +529,16 @@ def render_html(report: AcceptReport) -> str:
     from accelport.report.html import HtmlPage
     from accelport.verify import profile
 
-    verdict = "pass" if report.passed else "fail"
+    verdict = report.verdict
     page = HtmlPage(report.spec.title, f"accelport {__version__} acceptance report; spec {report.spec.path}; {report.created}")
     counts = report.to_dict()["counts"]
     page.raw('<section id="summary" class="accept-section">')
     page.heading("Verdict", anchor="verdict")
-    page.raw(f"<p>{page.badge(verdict.upper(), verdict)}</p>")
-    page.cards([("checks", len(report.checks)), ("passed", counts["pass"]), ("failed", counts["fail"]), ("could not run", counts["error"])])
+    page.raw(f"<p>{page.badge(verdict.upper(), _badge_kind(verdict))}</p>")
+    page.cards([("checks", len(report.checks)), ("passed", counts["pass"]), ("failed", counts["fail"]),
+                ("inconclusive", counts["inconclusive"]), ("could not run", counts["error"])])
     page.table(["section", "check", "status", "summary"],
-               [[TITLES[c.section], c.name, page.badge(c.status, "pass" if c.passed else "fail"), c.summary] for c in report.checks],
+               [[TITLES[c.section], c.name, page.badge(c.status, _badge_kind(c.status)), c.summary] for c in report.checks],
                raw_columns=(2,))
     page.raw("</section>")
     for section in SECTIONS:
@@ -538,7 +549,7 @@ def render_html(report: AcceptReport) -> str:
         page.heading(TITLES[section], anchor=f"h-{section}")
         for check in checks:
             page.heading(check.name, level=3)
-            page.raw(f"<p>{page.badge(check.status, 'pass' if check.passed else 'fail')} </p>")
+            page.raw(f"<p>{page.badge(check.status, _badge_kind(check.status))} </p>")
             page.paragraph(check.summary)
             for kind, payload in check.html:
                 if kind == "svg":
@@ -554,6 +565,10 @@ def render_html(report: AcceptReport) -> str:
                     profile.add_diff_to_page(page, *payload)
         page.raw("</section>")
     return page.render()
+
+
+def _badge_kind(status: str) -> str:
+    return {"pass": "pass", "inconclusive": "warn"}.get(status, "fail")
 
 
 def render_junit(report: AcceptReport) -> str:
@@ -578,8 +593,7 @@ def render_text(report: AcceptReport) -> str:
     from accelport.report.table import text_table
 
     rows = [[c.section, c.name, c.status.upper(), c.summary] for c in report.checks]
-    verdict = "PASS" if report.passed else "FAIL"
-    return f"{report.spec.title}: {verdict}\n\n" + text_table(["section", "check", "status", "summary"], rows, max_width=110)
+    return f"{report.spec.title}: {report.verdict.upper()}\n\n" + text_table(["section", "check", "status", "summary"], rows, max_width=110)
 
 
 def write_reports(report: AcceptReport, out_dir: Path) -> dict[str, Path]:

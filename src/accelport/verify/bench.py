@@ -360,9 +360,17 @@ def load_result(path: str | Path) -> BenchResult:
     return BenchResult.from_dict(read_saved(path, "bench", RESULT_KIND), str(path))
 
 
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """Test throughput relative to a baseline: ratio >= floor passes."""
+    """Test throughput relative to a baseline, judged against a floor with the ratio's CI.
+
+    pass: the whole 95% CI of the ratio is at or above the floor; fail: the whole CI is below
+    it; inconclusive: the floor lies inside the CI, so more measurements could go either way
+    (`steps_to_decide` says about how many).
+    """
 
     scenario: str
     ratio: float
@@ -374,20 +382,58 @@ class Comparison:
     baseline_median_s: float
     memory_ratio: float | None
     mismatch: tuple[str, ...] = ()  # how the two scenarios differ, when compared anyway (allow_mismatch)
+    steps: int = 0  # measured steps of the side with fewer
+
+    @property
+    def verdict(self) -> str:
+        if self.ci_low >= self.floor:
+            return PASS
+        if self.ci_high < self.floor:
+            return FAIL
+        return INCONCLUSIVE
 
     @property
     def passed(self) -> bool:
-        return self.ratio >= self.floor
+        return self.verdict == PASS
 
     @property
     def floor_within_ci(self) -> bool:
         """The verdict could flip with more measurements: the floor lies inside the ratio's CI."""
-        return self.ci_low <= self.floor <= self.ci_high
+        return self.verdict == INCONCLUSIVE
+
+    @property
+    def steps_to_decide(self) -> int | None:
+        """About how many more steps per side would put the floor outside the CI (0: decided).
+
+        The CI of a median narrows as 1/sqrt(steps); on the log scale its half-width h must
+        shrink below the distance d between the ratio and the floor: steps * (h/d)^2 in all,
+        if the ratio stays where it is. None when the ratio sits on the floor (no number of
+        steps decides) or nothing was measured.
+        """
+        if self.verdict != INCONCLUSIVE:
+            return 0
+        if self.steps <= 0 or not (self.ratio > 0 and self.ci_low > 0 and self.ci_high > 0):
+            return None
+        distance = abs(math.log(self.ratio) - math.log(self.floor))
+        if distance < 1e-9:
+            return None
+        half_width = (math.log(self.ci_high) - math.log(self.ci_low)) / 2
+        return max(1, math.ceil(self.steps * (half_width / distance) ** 2) - self.steps)
+
+    def describe(self) -> str:
+        """The verdict in words, with what to do when it is inconclusive."""
+        if self.verdict != INCONCLUSIVE:
+            return self.verdict
+        more = self.steps_to_decide
+        advice = (f"about {more} more steps per side would decide, if the ratio holds" if more
+                  else "the ratio sits on the floor: no number of steps decides; change the floor or the code")
+        return f"inconclusive: the floor {self.floor:.2f} lies inside the CI; {advice}"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["mismatch"] = list(self.mismatch)
-        data.update(passed=self.passed, verdict="pass" if self.passed else "fail", floor_within_ci=self.floor_within_ci)
+        data.update(passed=self.passed, verdict=self.verdict, floor_within_ci=self.floor_within_ci,
+                    steps_to_decide=self.steps_to_decide)
         return data
 
 
@@ -449,6 +495,7 @@ def compare(test: BenchResult, baseline: BenchResult, floor: float = DEFAULT_FLO
         baseline_median_s=baseline.median_s,
         memory_ratio=memory,
         mismatch=tuple(differences),
+        steps=min(len(test.times_s), len(baseline.times_s)),
     )
 
 
@@ -480,26 +527,28 @@ def run(
     samples_per_step: float | None = None,
     tokens_per_step: float | None = None,
     params: dict[str, str] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> BenchResult:
     """Benchmark `step_fn` (see the module docstring); the device is synchronised around each call.
 
     `params` (model, shape, batch, ...) define the scenario with its name: `compare` refuses
-    a baseline whose scenario differs.
+    a baseline whose scenario differs. `clock` (seconds, monotonic) times the steps and the
+    budget; tests plant exact step times with their own.
     """
     rule = rule or StopRule()
     _reset_peak()
     times: list[float] = []
-    started = time.monotonic()
+    started = clock()
     reason = None
     while reason is None:
         _synchronize()
-        t0 = time.perf_counter()
+        t0 = clock()
         step_fn()
         _synchronize()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
         if len(times) == rule.warmup:
             _reset_peak()
-        reason = rule.reason(times, time.monotonic() - started)
+        reason = rule.reason(times, clock() - started)
     memory = device_memory()
     return BenchResult(
         scenario=scenario,

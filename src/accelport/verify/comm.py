@@ -401,10 +401,9 @@ def _worker(config_path: str) -> int:
                          "redop": redop, "root": root, "seconds": seconds, "wrong": wrong})
     dist.destroy_process_group()
     report = {"rank": rank, "backend": backend, "device": str(device), "rows": rows, "errors": errors}
-    target = Path(config["out"]) / f"rank{rank}.json"
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report), encoding="utf-8")
-    os.replace(tmp, target)
+    from accelport.fileio import atomic_write_text
+
+    atomic_write_text(Path(config["out"]) / f"rank{rank}.json", json.dumps(report))
     return 0
 
 

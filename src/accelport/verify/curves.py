@@ -282,7 +282,7 @@ class CurvesResult:
         except ImportError:
             from accelport.errors import MissingDependency
 
-            raise MissingDependency("matplotlib", "torch", "a PNG plot of the curves") from None
+            raise MissingDependency("matplotlib", "plots", "a PNG plot of the curves") from None
         from accelport.fileio import atomic_open
 
         shown = self.metrics or []

@@ -91,7 +91,7 @@ _SWEEP_ARRAY = _C_DOUBLE * 9
 _SWEEP_START_BYTES = bytes(_SWEEP_ARRAY(*_SWEEP_START))  # copied into a new array per tensor: fast
 
 
-def _parse_steps(steps: str | tuple[int, int] | range | None) -> tuple[int, int | None]:
+def parse_steps(steps: str | tuple[int, int] | range | None) -> tuple[int, int | None]:
     if steps is None:
         return 0, None
     if isinstance(steps, range):
@@ -486,7 +486,7 @@ class Capture:
     ) -> None:
         self.folder = Path(run_dir)
         self.tensors = tensors
-        self.first_step, self.last_step = _parse_steps(steps)
+        self.first_step, self.last_step = parse_steps(steps)
         self.module_filters = tuple(modules)
         self.op_filters = tuple(ops)
         self.tensor_module_filters = tuple(tensor_modules)

@@ -35,6 +35,7 @@ import contextlib
 import logging
 import math
 import os
+import statistics
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -73,6 +74,17 @@ NOISE_SHARE = 0.005  # a row that moved less than 0.5% of the step time gets no 
 # Traces larger than this in all are read in parallel processes (see profile_traces).
 PARALLEL_BYTES = 32 << 20
 
+# How sure a diff row is (see `_significance`): a structural change (an op appears, goes or
+# changes its call count) is certain; a changed time is significant when it holds across the
+# profiled steps, beyond what a row of an identical pair moves.
+STRUCTURAL = "structural"
+SIGNIFICANT = "significant"
+NOISE = "noise"
+UNKNOWN = "unknown"  # too few steps on a side to tell
+FAMILY_ALPHA = 0.01  # chance that a pair of identical programs shows any significant row
+MIN_STEPS = 4  # per side, for a per-step comparison
+STRUCTURAL_TAGS = frozenset({"new-op", "missing-op", "more-calls", "fewer-calls"})
+
 # Which profiled steps the figures are averaged over (see the module docstring).
 FASTER_HALF = "faster-half"
 ALL_STEPS = "all"
@@ -94,6 +106,7 @@ class OpStats:
     transfers: float = 0.0  # memcpy/memset device work (part of `kernels`)
     comm: bool = False
     shapes: str = ""
+    per_step: list[float] = field(default_factory=list)  # this row's `time` in every profiled step, in order
 
     @property
     def kernels_per_call(self) -> float:
@@ -159,6 +172,8 @@ class DiffRow:
     delta: float  # microseconds per step, test - base
     share: float  # fraction of the end-to-end delta
     why: tuple[str, ...]
+    significance: str = UNKNOWN  # STRUCTURAL, SIGNIFICANT, NOISE or UNKNOWN (see `_significance`)
+    p_value: float | None = None  # of the per-step comparison (the larger of time and share)
 
     @property
     def ratio(self) -> float | None:
@@ -174,6 +189,8 @@ class DiffRow:
             "ratio": self.ratio,
             "share": self.share,
             "why": list(self.why),
+            "significance": self.significance,
+            "p_value": self.p_value,
             "base": self.base.to_dict() if self.base else None,
             "test": self.test.to_dict() if self.test else None,
         }
@@ -298,7 +315,8 @@ def summarize(trace: tr.Trace, steps_used: str = FASTER_HALF) -> TraceProfile:
     step_time = edges[1::2] - edges[0::2]
     kept = _kept_steps(step_time, steps_used)
     used = len(kept)
-    time, host_time = _attribute(edges, 2 * kept, start, end, tops, device, row_of_top, dev_row, idle_row, n_rows)
+    time_by_step, host_by_step = _attribute(edges, start, end, tops, device, row_of_top, dev_row, idle_row, n_rows)
+    time, host_time = time_by_step[:, kept].sum(axis=1), host_by_step[:, kept].sum(axis=1)
 
     # Counts and host/device durations: the events that start in a kept step.
     def kept_events(events):
@@ -344,6 +362,7 @@ def summarize(trace: tr.Trace, steps_used: str = FASTER_HALF) -> TraceProfile:
             transfers=transfers[r] / used,
             comm=bool(comm_kernel[r] or _is_comm(key[1])),
             shapes=first_dims.get(r, ""),
+            per_step=time_by_step[r].tolist(),
         )
     return TraceProfile(
         path=str(trace.path),
@@ -494,17 +513,19 @@ def _nest(trace: tr.Trace, start, end, host, flow_starts):
     return top_of, scope_of, child_sum, copies, flow_owner, scope_strings
 
 
-def _attribute(edges, kept, start, end, tops, device, row_of_top, dev_row, idle_row: int, n_rows: int):
-    """Split the instants of the kept slots among rows; return each row's time in them.
+def _attribute(edges, start, end, tops, device, row_of_top, dev_row, idle_row: int, n_rows: int):
+    """Split the instants of every step among rows; return each row's time in each step.
 
     `edges` cut the window into slots (slot 2k is step k, slot 2k+1 the time before the
-    next step); `kept` are the slots that count. Returns (time, host time) per row: each
-    kept slot's instants are split in full, so the rows add up to the kept slots' length.
+    next step, which counts for no row). Returns (time, host time), each an array of
+    rows x steps: each step's instants are split in full, so a step's column adds up to
+    its length.
     """
     import numpy as np
 
+    n_steps = len(edges) // 2
     keep = np.zeros(len(edges) - 1, dtype=bool)
-    keep[kept] = True
+    keep[0::2] = True
     w0, w1 = float(edges[0]), float(edges[-1])
     d_s, d_e = np.clip(start[device], w0, w1), np.clip(end[device], w0, w1)
     t_s, t_e = np.clip(start[tops], w0, w1), np.clip(end[tops], w0, w1)
@@ -519,9 +540,9 @@ def _attribute(edges, kept, start, end, tops, device, row_of_top, dev_row, idle_
         count = np.bincount(si, minlength=len(bounds)) - np.bincount(ei, minlength=len(bounds))
         return np.cumsum(count[:-1], dtype=np.int32), si, ei
 
-    def in_kept_steps(rows, si, ei, weight):
+    def in_steps(rows, si, ei, weight):
         # An event's share of segments [si, ei) is cum[ei] - cum[si]; one spanning a step edge
-        # is cut there, and only its pieces in kept steps count.
+        # is cut there, and only its pieces inside steps count.
         cum = np.concatenate([[0.0], np.cumsum(weight)])
         first = seg_step[np.minimum(si, len(seg) - 1)]
         last = seg_step[np.maximum(ei - 1, 0)]
@@ -531,7 +552,8 @@ def _attribute(edges, kept, start, end, tops, device, row_of_top, dev_row, idle_
         event, step = event[keep[step]], step[keep[step]]
         lo = np.maximum(si[event], edge_seg[step])
         hi = np.minimum(ei[event], edge_seg[step + 1])
-        return np.bincount(rows[event], weights=cum[hi] - cum[lo], minlength=n_rows)
+        cell = rows[event].astype(np.int64) * n_steps + step // 2
+        return np.bincount(cell, weights=cum[hi] - cum[lo], minlength=n_rows * n_steps).reshape(n_rows, n_steps)
 
     # Device work owns the instants it runs in (shared by concurrent kernels); host ops own
     # the instants when the device is idle; the rest is idle time. Temporaries are dropped
@@ -542,11 +564,11 @@ def _attribute(edges, kept, start, end, tops, device, row_of_top, dev_row, idle_
     del t_s, t_e
     device_idle = d_count <= 0
     idle = device_idle & (t_count <= 0) & keep[seg_step]
-    idle_time = float(seg[idle].sum())
+    idle_time = np.bincount(seg_step[idle] // 2, weights=seg[idle], minlength=n_steps)
     del idle
-    host = in_kept_steps(row_of_top, t_si, t_ei, np.where(device_idle & (t_count > 0), seg / np.maximum(t_count, 1), 0.0))
+    host = in_steps(row_of_top, t_si, t_ei, np.where(device_idle & (t_count > 0), seg / np.maximum(t_count, 1), 0.0))
     del t_count, t_si, t_ei, device_idle
-    time = host + in_kept_steps(dev_row, d_si, d_ei, np.where(d_count > 0, seg / np.maximum(d_count, 1), 0.0))
+    time = host + in_steps(dev_row, d_si, d_ei, np.where(d_count > 0, seg / np.maximum(d_count, 1), 0.0))
     time[idle_row] += idle_time
     return time, host
 
@@ -680,16 +702,115 @@ def _why(base: OpStats | None, test: OpStats | None, test_has_device: bool, key:
     return tuple(tags)
 
 
+def _rank_sum_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U test of samples a and b.
+
+    The normal approximation with the tie correction and a continuity correction
+    (Mann & Whitney 1947; the tie term as in Lehmann, Nonparametrics, 1975). Rank-based:
+    one preempted step weighs no more than any other step that is merely the largest.
+    """
+    n1, n2 = len(a), len(b)
+    n = n1 + n2
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    ordered = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
+    rank_sum_a = 0.0
+    ties = 0.0
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and ordered[j + 1][0] == ordered[i][0]:
+            j += 1
+        average = (i + j) / 2 + 1
+        rank_sum_a += average * sum(1 for k in range(i, j + 1) if ordered[k][1] == 0)
+        ties += (j - i + 1) ** 3 - (j - i + 1)
+        i = j + 1
+    u = rank_sum_a - n1 * (n1 + 1) / 2
+    variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if variance <= 0:
+        return 1.0
+    z = max(abs(u - n1 * n2 / 2) - 0.5, 0.0) / math.sqrt(variance)
+    return math.erfc(z / math.sqrt(2))
+
+
+def _significance(base: TraceProfile, test: TraceProfile, b: OpStats | None, t: OpStats | None,
+                  why: tuple[str, ...], noise_floor: float, tests: int) -> tuple[str, float | None]:
+    """How sure the row's change is: (STRUCTURAL | SIGNIFICANT | NOISE | UNKNOWN, p-value).
+
+    An op that appears, goes or changes its call count is a structural change: no noise
+    makes one. A changed time is compared step by step: the row's time in each profiled
+    step of one side against the other's, and its share of each step likewise. Both
+    must differ (rank-sum test, Bonferroni-corrected over the rows tested, so that an
+    identical pair shows a significant row with probability below FAMILY_ALPHA), and the
+    change of the median step must pass the noise floor and RELATIVE_NOISE. Time alone is not enough: a
+    machine that is busier while one side is captured makes every row slower but leaves
+    their shares where they were; share alone is not enough either: one op that gets
+    slower shrinks the share of every other.
+    """
+    if STRUCTURAL_TAGS.intersection(why):
+        return STRUCTURAL, 0.0
+    if b is None or t is None or min(len(b.per_step), len(t.per_step)) < MIN_STEPS:
+        return UNKNOWN, None
+    if len(b.per_step) != len(base.step_times) or len(t.per_step) != len(test.step_times):
+        return UNKNOWN, None
+    p_time = _rank_sum_p(b.per_step, t.per_step)
+    p_share = _rank_sum_p([x / s for x, s in zip(b.per_step, base.step_times, strict=True) if s > 0],
+                          [x / s for x, s in zip(t.per_step, test.step_times, strict=True) if s > 0])
+    p = max(p_time, p_share)
+    # The size of the change from the medians of the steps: a few steps hit by interference
+    # (an op 50x slower while another process held the core) move a mean, not a median.
+    b_mid, t_mid = statistics.median(b.per_step), statistics.median(t.per_step)
+    delta = t_mid - b_mid
+    large = abs(delta) >= noise_floor and abs(delta) > RELATIVE_NOISE * max(b_mid, t_mid)
+    b_steps, t_steps = statistics.median(base.step_times), statistics.median(test.step_times)
+    same_way = b_steps > 0 and t_steps > 0 and (t_mid / t_steps - b_mid / b_steps) * delta > 0
+    return (SIGNIFICANT if p < FAMILY_ALPHA / max(tests, 1) and large and same_way else NOISE), p
+
+
+def _least(stats: OpStats | None) -> float:
+    """A row's time in its fastest step: interference only ever adds time, so this is its own cost."""
+    if stats is None:
+        return 0.0
+    return min(stats.per_step) if stats.per_step else stats.time
+
+
+def _structural_size(row: DiffRow) -> float:
+    """How much a structural change costs, from each side's fastest step.
+
+    Not the delta of the averaged steps: a cheap new op (a slice) that was preempted in
+    many steps would outrank the costly one next to it.
+    """
+    return abs(_least(row.test) - _least(row.base))
+
+
+def _tier(row: DiffRow) -> int:
+    """Rank of a row's kind of change: structural first, then significant (or untestable), then noise."""
+    return {STRUCTURAL: 0, SIGNIFICANT: 1, UNKNOWN: 1}.get(row.significance, 2)
+
+
 def diff(base: TraceProfile, test: TraceProfile) -> ProfileDiff:
+    """Rows of (module, op) with their delta, why-tags and significance, most telling first.
+
+    Rows are ranked by the kind of change (`_tier`: structural, then significant, then
+    noise), then structural rows by the size of their delta and the others by their delta
+    in the direction of the total change, so that a new op is never ranked below an
+    existing op whose time only wobbles.
+    """
     if base.steps_used != test.steps_used:
         raise ValueError(f"both sides must average the same steps (base: {base.steps_used}, test: {test.steps_used})")
     total = test.total - base.total
     keys = list(base.rows)
     keys += [k for k in test.rows if k not in base.rows]
-    rows = []
+    floor = NOISE_SHARE * base.total
+    tagged = []
     for key in keys:
         b, t = base.rows.get(key), test.rows.get(key)
+        tagged.append((key, b, t, _why(b, t, test.has_device, key, floor)))
+    tests = sum(1 for _, b, t, why in tagged if b is not None and t is not None and not STRUCTURAL_TAGS.intersection(why))
+    rows = []
+    for key, b, t, why in tagged:
         delta = (t.time if t else 0.0) - (b.time if b else 0.0)
+        significance, p_value = _significance(base, test, b, t, why, floor, tests)
         rows.append(
             DiffRow(
                 module=key[0],
@@ -698,11 +819,15 @@ def diff(base: TraceProfile, test: TraceProfile) -> ProfileDiff:
                 test=t,
                 delta=delta,
                 share=delta / total if total else 0.0,
-                why=_why(b, t, test.has_device, key, NOISE_SHARE * base.total),
+                why=why,
+                significance=significance,
+                p_value=p_value,
             )
         )
     direction = 1.0 if total >= 0 else -1.0
-    rows.sort(key=lambda r: (-direction * r.delta, r.module, r.op))
+    # Structural rows by their size whatever the sign of the total (a new op is news even when
+    # noise made the test side faster overall); the others in the direction of the total change.
+    rows.sort(key=lambda r: (_tier(r), -_structural_size(r) if _tier(r) == 0 else -direction * r.delta, r.module, r.op))
     return ProfileDiff(base=base, test=test, rows=rows)
 
 
@@ -839,12 +964,10 @@ class ModuleScopes:
 
 def _export_trace(prof: Any, target: Path) -> None:
     """torch writes the trace by file name: write it beside the target, then rename (never half a trace)."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
+    from accelport.fileio import atomic_path
+
+    with atomic_path(target) as tmp:
         prof.export_chrome_trace(str(tmp))
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -929,7 +1052,15 @@ def row_cells(row: DiffRow) -> list[object]:
         _pair(get(row.base, "self_time"), get(row.test, "self_time"), "{:.3f}", scale=1000.0),
         ((row.test or row.base).shapes if (row.test or row.base) else "")[:48],
         ",".join(row.why),
+        _change(row),
     ]
+
+
+def _change(row: DiffRow) -> str:
+    """The significance cell: what kind of change the row is, and how sure."""
+    if row.significance == SIGNIFICANT and row.p_value is not None:
+        return f"significant (p={row.p_value:.1g})"
+    return "-" if row.significance == UNKNOWN else row.significance
 
 
 ROW_HEADERS = (
@@ -945,6 +1076,7 @@ ROW_HEADERS = (
     "self ms b/t",
     "input shapes",
     "why",
+    "change",
 )
 
 
@@ -973,6 +1105,7 @@ def add_diff_to_page(page: Any, result: ProfileDiff, limit: int = 25) -> None:
         ]
     )
     page.table(["side", "trace"], describe_sides(result), code_columns=(1,))
+    page.paragraph(significance_line(result))
     shown = top_rows(result, min(limit, 15))
     page.svg(
         waterfall_chart(
@@ -1005,7 +1138,21 @@ def render_text(result: ProfileDiff, limit: int = 25) -> str:
         f"delta {result.total_delta / 1000:+.3f} ms ({'-' if ratio is None else f'{ratio:.2f}x'}); "
         f"rows add up to {sum(r.delta for r in result.rows) / 1000:+.3f} ms"
     )
+    lines.append(significance_line(result))
     return "\n".join(lines) + "\n\n" + text_table(ROW_HEADERS, as_rows(top_rows(result, limit)))
+
+
+def significance_line(result: ProfileDiff) -> str:
+    """One sentence on which rows are real changes and which are noise."""
+    count = {kind: sum(1 for r in result.rows if r.significance == kind) for kind in (STRUCTURAL, SIGNIFICANT, NOISE, UNKNOWN)}
+    if count[UNKNOWN] and not (count[SIGNIFICANT] or count[NOISE]):
+        steps = min(result.base.steps, result.test.steps)
+        timing = (f"changed times not tested: {steps} step(s) per side, a per-step comparison needs "
+                  f"{MIN_STEPS} (profile more steps, e.g. `accelport profile --steps {max(MIN_STEPS, 8)}`)")
+    else:
+        timing = (f"{count[SIGNIFICANT]} row(s) changed significantly across the steps, "
+                  f"{count[NOISE]} within noise (family-wise alpha {FAMILY_ALPHA})")
+    return f"changes: {count[STRUCTURAL]} structural (ops added, gone or called a different number of times); {timing}"
 
 
 def render_single(profile: TraceProfile, limit: int = 15) -> str:

@@ -361,11 +361,14 @@ def run(
     duration_s: float | None = None,
     limits: SoakLimits | None = None,
     snapshot_dir: Path | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> SoakResult:
     """Soak `step_fn` in this process; it may return a loss, or a dict with loss and grad_norm.
 
     The watchdog breaks a blocked step only where a signal wakes it (sleeps, lock
     waits, I/O); a hang inside native code needs the command mode (`run_command`).
+    `clock` (seconds) times each step: tests plant step times with their own clock,
+    since a loaded machine's real step times drift by themselves.
     """
     _check_length(steps, duration_s)
     limits = limits or SoakLimits()
@@ -411,7 +414,7 @@ def run(
                 reason = "duration"
                 break
             beat[0] = time.monotonic()
-            t0 = time.perf_counter()
+            t0 = clock()
             try:
                 output = step_fn()
                 bench._synchronize()
@@ -425,7 +428,7 @@ def run(
                        "snapshot": _memory_snapshot(snapshot_dir)}
                 reason = "oom"
                 break
-            sample = {"step": len(samples), "t": time.time(), "dt": time.perf_counter() - t0, "rss": bench.host_rss_bytes(),
+            sample = {"step": len(samples), "t": time.time(), "dt": clock() - t0, "rss": bench.host_rss_bytes(),
                       "heap": bench.host_heap_bytes()}
             sample.update(bench.device_memory())
             sample.update({k: v for k, v in _step_values(output).items() if v is not None})

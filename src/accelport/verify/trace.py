@@ -476,10 +476,10 @@ def _ints(values: list[Any]) -> Any:
 
 
 def check_dependencies() -> None:
-    """Raise MissingDependency unless numpy and msgspec (the `torch` extra) are installed."""
+    """Raise MissingDependency unless numpy and msgspec (the `profile` extra) are installed."""
     for package in ("numpy", "msgspec"):
         if importlib.util.find_spec(package) is None:
-            raise MissingDependency(package, "torch", "reading profiler traces")
+            raise MissingDependency(package, "profile", "reading profiler traces")
 
 
 def load_trace(path: str | Path) -> Trace:

@@ -58,7 +58,7 @@ def run(ctx) -> bool:
     atomic_write_text(ctx.workdir / "migrate-changes.json", render_json(result))
     atomic_write_text(ctx.workdir / "migrate-changes.md", render_markdown(result))
     ctx.results["migrated_app"] = migrated
-    ctx.say(render_summary(result, ctx.style).rstrip())
+    ctx.say(render_summary(result, ctx.style, written=True).rstrip())
     ctx.say(f"change list: {ctx.workdir / 'migrate-changes.md'}; migrated copy: {migrated}")
     ok = not result.failed_files and not result.skipped
 

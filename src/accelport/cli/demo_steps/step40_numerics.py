@@ -21,14 +21,14 @@ def _accelport(*args: str) -> list[str]:
 
 
 def _dump_commands(ctx, runs: list[tuple[Path, list[str], Path]]) -> bool:
-    """Run `accelport dump -o OUT -- COMMAND` for each (OUT, COMMAND, CWD), side by side."""
+    """Run `accelport dump --output-dir OUT -- COMMAND` for each (OUT, COMMAND, CWD), side by side."""
     env = dict(os.environ, PYTHONHASHSEED="0")
     started = []
     for out, command, cwd in runs:
         errors = out.with_suffix(".stderr.txt")
         with errors.open("w") as handle:
             process = subprocess.Popen(
-                _accelport("dump", "-q", "-o", str(out), "--", *command),
+                _accelport("dump", "-q", "--output-dir", str(out), "--", *command),
                 cwd=cwd,
                 env=env,
                 stdout=subprocess.DEVNULL,

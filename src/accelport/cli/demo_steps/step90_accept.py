@@ -104,4 +104,7 @@ def run(ctx) -> bool:
     ctx.say(f"\nacceptance report: {paths['html']}")
     ctx.say(f"also: {paths['junit']}, {paths['json']}")
     ctx.results["accept"] = report
-    return report.passed
+    if report.verdict == "inconclusive":
+        ctx.say("the verdict is inconclusive, not a failure: both sides ran on this one shared CPU, whose noise puts "
+                "the floor inside the CI; on two real machines, measure the steps the report names")
+    return report.verdict != "fail"

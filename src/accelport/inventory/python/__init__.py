@@ -414,6 +414,80 @@ def scan_python_text(
     return ctx.findings
 
 
+# Lines with CUDA tokens parsed and walked at once in a file with more of them than it keeps findings.
+WINDOW_LINES = 5000
+
+
+def _window_text(lines: list[str], bounds: list[int], keep: list[int]) -> str:
+    """The file with only the spans `keep` (sorted indices) left, every other line empty: positions stay."""
+    pieces = []
+    line = 0
+    for index in keep:
+        start, end = bounds[index], bounds[index + 1]
+        pieces.append("\n" * (start - line))
+        pieces.append("\n".join(lines[start:end]) + "\n")
+        line = end
+    return "".join(pieces)
+
+
+def scan_in_windows(source: SourceFile, wanted: list[int], size: int, edges: chunks.LazyEdges) -> list[Finding]:
+    """A file with more lines holding CUDA tokens than it keeps findings, parsed and walked `size` of those lines at a time.
+
+    Each window parses its own top-level statements and the file's imports (walked again
+    with every window, their findings reported once), so memory follows the window, not
+    the file's size; a statement larger than a window is still parsed whole. Every window
+    is walked: the findings beyond the file's limit are counted (`SourceFile.admit`), so
+    its summaries say exactly how many more there are. Where statement starts cannot be
+    told apart safely, the file is scanned whole.
+    """
+    text = source.text
+    starts = chunks.statement_starts(source.data, edges)
+    if starts is None:
+        return scan_python_text(source, text, wanted=set(wanted), data=source.data, edges=edges)
+    lines = chunks.split_lines(text)
+    # Span i is lines bounds[i] to bounds[i + 1] (0-based, half-open): one top-level statement.
+    bounds = [0, *starts] if not starts or starts[0] != 0 else list(starts)
+    bounds.append(len(lines))
+    imports = [i for i in range(len(bounds) - 1) if bounds[i] < bounds[i + 1] and chunks._is_import_chunk(lines, bounds[i], bounds[i + 1])]
+    import_lines = {line for i in imports for line in range(bounds[i] + 1, bounds[i + 1] + 1)}
+    reported: set[tuple[str, int, int]] = set()  # findings on import lines, walked with every window
+    findings: list[Finding] = []
+    aliased: list[int] | None = None  # lines using a CUDA name bound by an import: the same imports in every window
+    first_span = begin = 0
+    while begin < len(wanted):
+        # A window ends with a whole statement: every wanted line of its spans belongs to it.
+        last_line = wanted[begin + size - 1] if begin + size < len(wanted) else len(lines)
+        last_span = bisect.bisect_right(bounds, last_line - 1, hi=len(bounds) - 1) - 1  # the span holding that line
+        lo, hi = bounds[first_span] + 1, bounds[last_span + 1]  # 1-based lines this window answers for
+        end = bisect.bisect_right(wanted, hi)
+        part, begin = wanted[begin:end], end
+        keep = sorted({*imports, *(i for i in range(first_span, last_span + 1) if _holds(bounds, i, part))})
+        ctx = PyContext(source, lines)
+        ctx._seen = set(reported)
+        try:
+            tree = _parse(_window_text(lines, bounds, keep), source.display, None)
+            if aliased is None:
+                aliased = sorted(_alias_lines(ctx, tree, text))
+            extra = aliased[bisect.bisect_left(aliased, lo) : bisect.bisect_right(aliased, hi)]
+            more = sorted(set(keep) | {i for i in range(first_span, last_span + 1) if _holds(bounds, i, extra)})
+            if more != keep:
+                tree = _parse(_window_text(lines, bounds, more), source.display, None)
+        except ScanSkipped:  # statement starts guessed wrong: the whole file settles it, counted afresh
+            source.admitted, source.dropped = 0, {}
+            return scan_python_text(source, text, wanted=set(wanted), data=source.data, edges=edges)
+        walk(ctx, tree, sorted({*part, *extra}))
+        findings += ctx.findings
+        reported |= {key for key in ctx._seen if key[1] in import_lines}
+        first_span = last_span + 1
+    return findings
+
+
+def _holds(bounds: list[int], index: int, ordered: list[int]) -> bool:
+    """Whether span `index` holds one of the sorted 1-based lines."""
+    at = bisect.bisect_right(ordered, bounds[index])
+    return at < len(ordered) and ordered[at] <= bounds[index + 1]
+
+
 class PythonScanner(FileScanner):
     name = "python"
     suffixes = (".py", ".pyi", ".pyw")
@@ -432,7 +506,11 @@ class PythonScanner(FileScanner):
         wanted = code_token_lines(data, edges)
         if not wanted:
             return []  # every CUDA token sits in a comment or docstring
-        findings = scan_python_text(source, source.text, wanted=wanted, data=data, edges=edges)
+        limit = source.finding_limit
+        if limit is None or len(wanted) <= limit:
+            findings = scan_python_text(source, source.text, wanted=wanted, data=data, edges=edges)
+        else:
+            findings = scan_in_windows(source, sorted(wanted), max(limit, WINDOW_LINES), edges)
         if findings and MARKER_WORD in source.data:
             findings = acknowledge(findings, source.lines)
         return findings

@@ -193,20 +193,20 @@ class PyContext:
         self.consumed.add(id(node))
         if backends is None:
             backends = api_statuses(rule_id, entry)
-        self.findings.append(
-            make_finding(
-                rule_id,
-                symbol=symbol,
-                location=self.location(node),
-                snippet=self.snippet(node.lineno),
-                message=message,
-                replacement=replacement,
-                backends=backends,
-                effort=effort,
-                # A catalogue entry may narrow its rule's autofix (no portable form for this symbol).
-                autofix=(entry or {}).get("autofix"),
-            )
+        finding = make_finding(
+            rule_id,
+            symbol=symbol,
+            location=self.location(node),
+            snippet=self.snippet(node.lineno),
+            message=message,
+            replacement=replacement,
+            backends=backends,
+            effort=effort,
+            # A catalogue entry may narrow its rule's autofix (no portable form for this symbol).
+            autofix=(entry or {}).get("autofix"),
         )
+        if self.source.admit(finding):
+            self.findings.append(finding)
 
     def consume(self, node: ast.AST) -> None:
         self.consumed.add(id(node))

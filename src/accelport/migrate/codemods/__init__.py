@@ -34,17 +34,13 @@ def codemod(*rule_ids: str) -> Callable[[Codemod], Codemod]:
 
 
 def load() -> dict[str, Codemod]:
-    from accelport.migrate.codemods import (  # noqa: F401
-        amp,
-        backends,
-        device,
-        distributed,
-        environment,
-        imports,
-        profiling,
-        torch_cuda,
-    )
+    """Import every module of this package (each registers its codemods): a new file is picked up, none drops out."""
+    import importlib
+    import pkgutil
 
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
     return REGISTRY
 
 

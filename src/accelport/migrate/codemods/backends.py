@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
-from accelport.migrate.codemods import codemod, fail, maybe_parens, parse, stmt_edit
+from accelport.migrate.codemods import codemod, maybe_parens, parse
 from accelport.migrate.context import FileContext
-from accelport.migrate.edits import Edit, code
+from accelport.migrate.edits import Edit
 from accelport.migrate.source import Site
 
 
@@ -26,16 +24,15 @@ def _assigned(site: Site) -> ast.Assign | None:
 
 
 def _set_from_value(site: Site, assign: ast.Assign, make_call) -> Edit | None:
-    """Turn `flag = value` into the call `make_call(value_code, value_node)` returns."""
+    """Turn `flag = value` into the call `make_call(value_code, value_node)` returns (as text: the
+    statement's span becomes the call; what follows on its line, a comment, stays)."""
+    source = site.source
+    start, value_at = source.start(assign), source.start(assign.value) - source.start(assign)
 
-    def rewrite(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-        statement = line.body[0]
-        if len(line.body) != 1 or not isinstance(statement, cst.Assign):
-            fail("expected an assignment")
-        call = parse(make_call(code(statement.value), assign.value))
-        return line.with_changes(body=[cst.Expr(value=call)])
+    def rewrite(fragment: str, _layout) -> str:
+        return make_call(fragment[value_at:], assign.value)
 
-    return stmt_edit(site, assign, rewrite)
+    return Edit(start, source.end(assign), "text", transform=rewrite, site=site)
 
 
 def _is_constant(node: ast.AST, value: bool) -> bool:

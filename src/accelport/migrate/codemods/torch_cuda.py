@@ -22,6 +22,7 @@ from accelport.migrate.codemods import (
     expr_edit,
     fail,
     maybe_parens,
+    needs_parens,
     new_arg,
     parse,
     prepend_args,
@@ -200,16 +201,23 @@ def _guarded(site: Site, ctx: FileContext, call: ast.Call, new_func: str, entry:
             return f"{indent}if {available}:{layout.newline}{indent}{layout.indent_unit}{new_func}{rest}"
 
         start, end = source.line_span(statement.lineno, statement.end_lineno)
-        return Edit(start, end, "lines", transform=guard, site=site, indent=indent, header=f"if {available}:")
+        return Edit(start, end, "text", transform=guard, site=site, indent=indent, header=f"if {available}:")
     fallback = entry.get("fallback")
     if fallback is None:
         return replace_with(site, site.node, new_func)
+    if entry.get("fallback_import"):
+        ctx.module(entry["fallback_import"])
 
-    def conditional(node: cst.BaseExpression) -> cst.BaseExpression:
-        renamed = node.with_changes(func=parse(new_func))
-        return maybe_parens(site, call, parse(f"{code(renamed)} if {available} else {fallback}"), "ifexp")
+    # As text: the call's own arguments (rewritten inside already) stay as they are; only the name changes.
+    func, parens = site.source.text_of(site.node), needs_parens(site, call, "ifexp")
 
-    return expr_edit(site, call, conditional)
+    def conditional(fragment: str, _layout) -> str:
+        if not fragment.startswith(func):
+            fail("expected the call to start with its function")
+        text = f"{new_func}{fragment[len(func):]} if {available} else {fallback}"
+        return f"({text})" if parens else text
+
+    return Edit(site.source.start(call), site.source.end(call), "text", transform=conditional, site=site)
 
 
 def _device_index(site: Site, ctx: FileContext, call: ast.Call | None) -> Edit | None:

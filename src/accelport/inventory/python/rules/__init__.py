@@ -31,12 +31,10 @@ def after_walk(func: Callable) -> Callable:
 
 
 def load() -> None:
-    """Import every rule module so it registers itself."""
-    from accelport.inventory.python.rules import (  # noqa: F401
-        calls,
-        comparisons,
-        defaults,
-        imports,
-        strings,
-        torch_api,
-    )
+    """Import every rule module of this package so it registers itself: a new file is picked up, none drops out."""
+    import importlib
+    import pkgutil
+
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
