@@ -81,7 +81,7 @@ def test_unscannable_files_are_reported_with_reasons(tmp_path):
     (tmp_path / "big.py").write_text("# " + "x" * (2 * 1024 * 1024) + "\n")
     os.symlink(tmp_path / "missing.py", tmp_path / "dangling.py")
     sock = socket.socket(socket.AF_UNIX)
-    sock.bind(str(tmp_path / "socket.py"))  # stat works, open() fails: unreadable even for root
+    sock.bind(str(tmp_path / "socket.py"))  # never opened: only regular files are read
     try:
         report = scan([str(tmp_path)], jobs=1, max_file_size=1024 * 1024)
     finally:
@@ -92,7 +92,7 @@ def test_unscannable_files_are_reported_with_reasons(tmp_path):
     assert "does not parse as Python (line 2" in reasons["broken.py"]
     assert "larger than the 1 MiB limit" in reasons["big.py"]
     assert "broken symbolic link" in reasons["dangling.py"]
-    assert "cannot be read" in reasons["socket.py"]
+    assert reasons["socket.py"] == "not a regular file (a socket); skipped, never opened"
     assert report.files_scanned == 0
 
 
@@ -124,12 +124,12 @@ def test_parallel_scan_equals_serial(tmp_path):
 def test_a_file_is_read_whole_whatever_size_discovery_saw(tmp_path, listed):
     # The scanner reads in one call sized from discovery's stat; a file that grew or
     # shrank since must still be read to its end.
-    from accelport.inventory.engine import _read
+    from accelport.inventory.discovery import read_regular
 
     path = tmp_path / "grown.py"
     data = b"x = 1\n" * 50_000
     path.write_bytes(data)
-    assert _read(str(path), listed) == data
+    assert read_regular(str(path), listed) == data
 
 
 def test_chunks_keep_every_file_in_order_and_shrink_towards_the_end():

@@ -94,6 +94,45 @@ def test_import_accelport_auto_redirects_in_process(tmp_path):
     assert "accelport run: Tensor.cuda -> Tensor.to(cpu)  [<string>:3]" in done.stderr
 
 
+PINNING = textwrap.dedent(
+    """
+    import json
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    source = torch.arange(4.0)
+    pinned = source.pin_memory()
+    pinned.add_(1)  # a copy, as pinning makes one: the source is not changed through it
+    batches = [b.tolist() for (b,) in DataLoader(TensorDataset(source), batch_size=2, pin_memory=True)]
+    positional = [b.tolist() for (b,) in DataLoader(TensorDataset(source), 2, False, None, None, 0, None, True)]
+    made = torch.zeros(2, pin_memory=True)
+    print(json.dumps({"pinned": pinned.tolist(), "source": source.tolist(), "batches": batches,
+                      "positional": positional, "made": made.tolist()}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_pinning_without_an_accelerator_runs_with_the_same_values(tmp_path):
+    (tmp_path / "pinning.py").write_text(PINNING)
+    plain = run("pinning.py", cwd=tmp_path)
+    if plain.returncode == 0:
+        pytest.skip("this machine has an accelerator, so pinning works without the shim")
+    assert "RuntimeError" in plain.stderr  # what torch does without an accelerator
+    done = run("-m", "accelport", "run", "--inventory", "inventory.json", "--", sys.executable, "pinning.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "pinned": [1.0, 2.0, 3.0, 4.0],
+        "source": [0.0, 1.0, 2.0, 3.0],
+        "batches": [[0.0, 1.0], [2.0, 3.0]],
+        "positional": [[0.0, 1.0], [2.0, 3.0]],
+        "made": [0.0, 0.0],
+    }
+    assert "accelport run: Tensor.pin_memory -> a pageable copy (no accelerator to pin for)  [pinning.py:7]" in done.stderr
+    calls = {api["api"]: (api["rule_id"], api["calls"]) for api in json.loads((tmp_path / "inventory.json").read_text())["apis"]}
+    assert calls == {"Tensor.pin_memory": ("AP1605", 1), "pin_memory=True": ("AP1605", 3)}
+
+
 def test_exit_code_of_the_program_is_passed_on(cli, tmp_path):
     result = cli("run", "--inventory", tmp_path / "inv.json", "--", sys.executable, "-c", "import sys; sys.exit(3)")
     assert result.code == 3

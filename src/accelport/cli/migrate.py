@@ -9,7 +9,9 @@ modes:
   --diff   (default) print a unified diff; nothing is written
   --check  print what would change; exit 1 if anything would (CI, pre-commit)
   --write  edit the files atomically and write the change list (JSON and Markdown);
-           refuses a dirty git tree under PATH (or files outside git) unless --force
+           refuses a dirty git tree under PATH (or files outside git) unless --force;
+           never writes through a symbolic link that leads out of PATH (reported as
+           skipped); removes temporary files an interrupted --write left
 
 exit codes:
   0  done (--check: nothing to change)
@@ -160,7 +162,9 @@ def _stage(path: str, text: str) -> str:
 
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    from accelport.inventory.discovery import TEMP_SUFFIX
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=TEMP_SUFFIX, dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -175,7 +179,7 @@ def _stage(path: str, text: str) -> str:
 
 
 def _write(args: argparse.Namespace, result, render_json, render_markdown) -> None:
-    from accelport.migrate.writing import uncommitted, write_files
+    from accelport.migrate.writing import remove_stale_temp, uncommitted, write_files
 
     # A file migrate creates (the helper module) replaces nothing: no uncommitted work to protect.
     targets = [f.disk_path for f in result.changed_files if f.disk_path and not f.creates]
@@ -187,6 +191,10 @@ def _write(args: argparse.Namespace, result, render_json, render_markdown) -> No
                 f"{os.path.relpath(dirty[0])}: has uncommitted changes{more}; commit or stash them first "
                 "so the rewrite can be reviewed and undone, or pass --force"
             )
+    removed = remove_stale_temp(result.stale_temp)
+    if removed:
+        sys.stderr.write(f"removed {len(removed)} temporary file(s) an interrupted `migrate --write` left, "
+                         f"such as {os.path.relpath(removed[0])}\n")
     # The change list is staged first: a change list that cannot be written stops the run
     # before any source is touched, and a source that cannot be written leaves no change list.
     staged: list[tuple[str, str]] = []
@@ -202,7 +210,7 @@ def _write(args: argparse.Namespace, result, render_json, render_markdown) -> No
                         "give a writable FILE.json, or '-' for no change list"
                     ) from None
         try:
-            write_files(result.changed_files)
+            write_files(result.changed_files, args.paths)
         except OSError as exc:
             raise UserError(f"{exc.filename or 'a file'}: cannot be written ({exc.strerror}); nothing was changed") from None
     except BaseException:

@@ -1,14 +1,20 @@
-"""Find the files to scan: honour .gitignore and excludes, skip VCS and virtualenv folders, survive symlink loops."""
+"""Find the files to scan: honour .gitignore and excludes, skip VCS and virtualenv folders, survive symlink loops.
+
+Only regular files are ever opened (a FIFO named x.py would block a reader forever), and
+each file reached through a symbolic link that leads out of the tree it was found in
+carries that target, so that migrate can refuse to write there.
+"""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
 import stat
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,6 +60,7 @@ class Candidate:
     display: str
     scanner: int  # index into all_scanners()
     size: int
+    outside: str | None = None  # where a symbolic link on the way leads, when that is outside the tree
 
 
 @dataclass
@@ -61,6 +68,50 @@ class Discovery:
     files: list[Candidate]
     skipped: list[SkippedFile]
     excluded: int = 0  # files left out by .gitignore / excludes (not an error)
+    stale_temp: list[str] = field(default_factory=list)  # migrate --write's temporary files left by a killed run
+
+
+# What migrate --write's staged files are called: `.NAME.` + mkstemp's 8 characters + this.
+TEMP_SUFFIX = ".accelport.tmp"
+_STALE_TEMP = re.compile(r"\..+\.[A-Za-z0-9_]{8}" + re.escape(TEMP_SUFFIX))
+_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a folder",
+}
+
+
+def not_regular(mode: int) -> str | None:
+    """Why a file of this st_mode is not read (FIFO, socket, device), or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return f"not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'a special file')}); skipped, never opened"
+
+
+def read_regular(path: str, size: int = 0) -> bytes:
+    """The whole of a regular file, in one read call when it is `size` bytes.
+
+    Opened without blocking and checked again after the open: a FIFO or device put in a
+    file's place after it was listed raises OSError (EINVAL) instead of hanging the reader.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        problem = not_regular(os.fstat(fd).st_mode)
+        if problem:
+            raise OSError(errno.EINVAL, problem, path)
+        parts = [os.read(fd, size + 1)]
+        while parts[-1]:  # read to the end even if the file changed since it was listed
+            parts.append(os.read(fd, 1 << 20))
+    finally:
+        os.close(fd)
+    return parts[0] if len(parts) == 2 else b"".join(parts)
+
+
+def inside(real: str, tree: str) -> bool:
+    """Is the resolved path `real` the resolved path `tree`, or below it?"""
+    return real == tree or real.startswith(tree.rstrip(os.sep) + os.sep)
 
 
 def _is_virtualenv(path: str) -> bool:
@@ -75,7 +126,7 @@ def _pyproject_excludes(root: Path) -> list[str]:
 
     tomllib = toml_parser()
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_regular(str(pyproject)).decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         log.warning("%s: ignoring [tool.accelport]: %s", pyproject, exc)
         return []
@@ -115,8 +166,7 @@ def check_excludes(patterns: Iterable[str], origin: str = "--exclude") -> None:
 def _read_gitignore(directory: str) -> pathspec.PathSpec | None:
     path = os.path.join(directory, ".gitignore")
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
+        lines = read_regular(path).decode("utf-8", "replace").splitlines()
     except OSError:
         return None
     try:
@@ -153,15 +203,17 @@ def discover(
     result = Discovery(files=[], skipped=[])
     scanners = all_scanners()
     index = {id(s): i for i, s in enumerate(scanners)}
-    seen_files: set[tuple[int, int]] = set()
+    seen_files: dict[tuple[int, int], int | None] = {}  # -> index in files, None when not listed
     for root_arg in roots:
         root = Path(root_arg)
         if not root.exists():
             if root.is_symlink():
                 raise UserError(f"{root_arg}: is a broken symbolic link; point it at a file or folder")
             raise UserError(f"{root_arg}: no such file or directory; check the path")
-        if not root.is_dir() and not root.is_file():
-            raise UserError(f"{root_arg}: not a regular file or folder (a FIFO, socket or device); pass a folder or a source file")
+        mode = root.stat().st_mode
+        if not stat.S_ISDIR(mode) and not_regular(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "a special file")
+            raise UserError(f"{root_arg}: is {kind}, not a source file or folder; pass a folder or a source file")
         if root.is_file():
             scanner = scanner_for(root.name)
             if scanner is None:
@@ -198,14 +250,16 @@ def _walk(
     respect_gitignore: bool,
     max_file_size: int,
     index: dict[int, int],
-    seen_files: set[tuple[int, int]],
+    seen_files: dict[tuple[int, int], int | None],
 ) -> None:
     visited_dirs: set[tuple[int, int]] = set()
     tracked = _Tracked(root)
-    # Each stack entry: (absolute dir, path relative to root, gitignore specs that apply: (base rel, spec))
-    stack: list[tuple[str, str, tuple[tuple[str, pathspec.PathSpec], ...]]] = [(root, "", ())]
+    tree = os.path.realpath(root)
+    # Each stack entry: (absolute dir, path relative to root, gitignore specs that apply: (base rel, spec),
+    # whether a symbolic link lies on the way from the root: then each file's real path is looked up)
+    stack: list[tuple[str, str, tuple[tuple[str, pathspec.PathSpec], ...], bool]] = [(root, "", (), False)]
     while stack:
-        directory, rel_dir, ignores = stack.pop()
+        directory, rel_dir, ignores, linked = stack.pop()
         try:
             st = os.stat(directory)
         except OSError as exc:
@@ -237,10 +291,12 @@ def _walk(
                     continue
                 if _ignored(rel + "/", ignores, exclude_spec, tracked.dirs):
                     continue
-                subdirs.append((entry.path, rel, ignores))
+                subdirs.append((entry.path, rel, ignores, linked or entry.is_symlink()))
                 continue
             scanner = scanner_for(entry.name)
             if scanner is None:
+                if entry.name.endswith(TEMP_SUFFIX) and _STALE_TEMP.fullmatch(entry.name):
+                    result.stale_temp.append(entry.path)
                 continue
             if _ignored(rel, ignores, exclude_spec, tracked.files):
                 result.excluded += 1
@@ -254,17 +310,27 @@ def _walk(
                 else:
                     result.skipped.append(SkippedFile(display, f"cannot be read ({exc.strerror})"))
                 continue
-            if (fst.st_dev, fst.st_ino) in seen_files:
-                continue  # the same file reached through a symlink
-            seen_files.add((fst.st_dev, fst.st_ino))
-            if not stat.S_ISREG(fst.st_mode):
-                # A FIFO would block the scan; a device has no end.
-                result.skipped.append(SkippedFile(display, "cannot be read: not a regular file (a FIFO, socket or device)"))
+            problem = not_regular(fst.st_mode)
+            if problem:
+                result.skipped.append(SkippedFile(display, problem))
                 continue
+            outside = None
+            if linked or entry.is_symlink():
+                real = os.path.realpath(entry.path)
+                outside = None if inside(real, tree) else real
+            key = (fst.st_dev, fst.st_ino)
+            if key in seen_files:
+                # The same file reached again through a symlink: keep the way that stays inside a tree.
+                earlier = seen_files[key]
+                if earlier is not None and outside is None and result.files[earlier].outside is not None:
+                    result.files[earlier] = Candidate(entry.path, display, index[id(scanner)], fst.st_size)
+                continue
+            seen_files[key] = None
             if fst.st_size > max_file_size:
                 result.skipped.append(SkippedFile(display, _too_large(fst.st_size, max_file_size)))
                 continue
-            result.files.append(Candidate(entry.path, display, index[id(scanner)], fst.st_size))
+            seen_files[key] = len(result.files)
+            result.files.append(Candidate(entry.path, display, index[id(scanner)], fst.st_size, outside))
         # Reverse so the stack pops folders in name order.
         stack.extend(reversed(subdirs))
 

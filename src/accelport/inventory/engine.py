@@ -16,7 +16,7 @@ from accelport import __version__, knowledge
 from accelport.errors import UserError
 from accelport.findings import BackendStatus, Effort, Finding, Report, SkippedFile, sorted_findings
 from accelport.inventory.base import ScanSkipped, SourceFile
-from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
+from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover, read_regular
 from accelport.inventory.route import summarise
 from accelport.inventory.scanners import all_scanners, load_scanners
 
@@ -53,18 +53,6 @@ def _declared_encoding(data: bytes) -> str | None:
     return None
 
 
-def _read(path: str, size: int) -> bytes:
-    """The whole file, in one read call when it is the size discovery saw (unbuffered: cheaper than open())."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-    try:
-        parts = [os.read(fd, size + 1)]
-        while parts[-1]:  # read to the end even if the file changed since it was listed
-            parts.append(os.read(fd, 1 << 20))
-    finally:
-        os.close(fd)
-    return parts[0] if len(parts) == 2 else b"".join(parts)
-
-
 def _summaries(source: SourceFile, limit: int) -> list[Finding]:
     """One finding per rule with findings beyond the limit: the first of them, saying how many more there are."""
     from dataclasses import replace
@@ -97,7 +85,7 @@ def scan_file(candidate: Candidate, finding_limit: int | None = None) -> FileRes
     """
     scanner = all_scanners()[candidate.scanner].load()
     try:
-        data = _read(candidate.path, candidate.size)
+        data = read_regular(candidate.path, candidate.size)
     except OSError as exc:
         return FileResult(candidate.display, 0, skipped=f"cannot be read ({exc.strerror})")
     lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)

@@ -26,7 +26,7 @@ from accelport import knowledge
 from accelport.errors import UserError
 from accelport.findings import Finding, SkippedFile
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
-from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover
+from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover, read_regular
 from accelport.inventory.engine import PARALLEL_MIN_BYTES, gc_paused, scan_file
 from accelport.inventory.engine import _chunks as guided_chunks
 from accelport.inventory.python import PythonScanner, chunks, code_token_lines, scan_python_text
@@ -412,8 +412,7 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
     python = (setup_script or isinstance(scanner, PythonScanner)) and suffix in (".py", ".pyw")
     if python:
         try:
-            with open(candidate.path, "rb") as handle:
-                data = handle.read()
+            data = read_regular(candidate.path, candidate.size)
         except OSError as exc:
             return SkippedFile(candidate.display, f"cannot be read ({exc.strerror})")
         if data.startswith(GENERATED_HEADER):
@@ -447,6 +446,8 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
                     return SkippedFile(candidate.display, migration.error)
                 migration.bom = bom
                 migration.disk_path = candidate.path
+                if candidate.outside is not None and migration.changed:
+                    return SkippedFile(candidate.display, outside_tree(candidate.outside))
                 return migration
     result = scan_file(candidate)
     if result.skipped is not None:
@@ -461,6 +462,14 @@ def migrate_candidate(candidate: Candidate, options: Options) -> FileMigration |
     return SkippedFile(result.display, "not UTF-8; migrate writes UTF-8 only, convert the file first")
 
 
+def outside_tree(target: str) -> str:
+    """The skip reason for a file whose symbolic link leads out of the tree migrate was given."""
+    return (
+        f"a symbolic link to {target}, outside the tree being migrated (where neither this run nor git "
+        "protects it); left unchanged: migrate that file in its own tree"
+    )
+
+
 def helper_files(files: Sequence[FileMigration]) -> list[FileMigration]:
     """The helper modules the migrated files import, as files to create (or bring up to date)."""
     wanted: dict[str, str] = {}
@@ -472,8 +481,7 @@ def helper_files(files: Sequence[FileMigration]) -> list[FileMigration]:
     made = []
     for path, display in sorted(wanted.items()):
         try:
-            with open(path, "rb") as handle:
-                current: bytes | None = handle.read()
+            current: bytes | None = read_regular(path)  # a FIFO in its place is refused, never opened blocking
         except FileNotFoundError:
             current = None
         except OSError:
@@ -578,4 +586,5 @@ def migrate(
         target=options.target,
         select=options.select,
         not_python=sorted(not_python, key=lambda n: n.path),
+        stale_temp=found.stale_temp,
     )

@@ -114,6 +114,7 @@ class MigrationResult:
     target: str | None = None
     select: tuple[str, ...] = ()
     not_python: list[NotPython] = field(default_factory=list)
+    stale_temp: list[str] = field(default_factory=list)  # temporary files a killed --write left behind
 
     @property
     def changed_files(self) -> list[FileMigration]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -10,7 +12,10 @@ from contextlib import suppress
 from pathlib import Path
 
 from accelport.errors import UserError
+from accelport.inventory.discovery import TEMP_SUFFIX, inside, read_regular
 from accelport.migrate.model import FileMigration
+
+log = logging.getLogger(__name__)
 
 
 def _git_root(path: str) -> str:
@@ -44,7 +49,8 @@ def uncommitted(roots: Sequence[str], targets: Sequence[str]) -> list[str]:
     for path in roots:
         by_root.setdefault(_git_root(path), ([], []))[0].append(os.path.abspath(path))
     for path in targets:
-        by_root.setdefault(_git_root(path), ([], []))[1].append(os.path.abspath(path))
+        real = os.path.realpath(path)  # git must know the file that is written, not a link to it
+        by_root.setdefault(_git_root(real), ([], []))[1].append(real)
     for root, (tree_paths, files) in by_root.items():
         if tree_paths:
             dirty.update(_status(root, tree_paths, untracked=False))
@@ -58,25 +64,39 @@ def _encoded(migration: FileMigration, text: str) -> bytes:
     return b"\xef\xbb\xbf" + data if migration.bom else data
 
 
-def write_files(files: Sequence[FileMigration]) -> list[str]:
+def write_files(files: Sequence[FileMigration], roots: Sequence[str] | None = None) -> list[str]:
     """Write every changed file: all new contents go to temporary files first, then each is
     renamed over its original. A failure before the renames leaves every original untouched.
 
-    A symbolic link is followed (the file it points at is rewritten, the link stays), and a
-    file that changed on disk since it was read is not overwritten: UserError, nothing written.
+    A symbolic link is followed (the file it points at is rewritten, the link stays) only
+    while it leads to a file inside one of `roots` (the paths migrate was given; a file
+    named there itself is allowed): discovery already leaves out links that lead elsewhere,
+    and a link changed since then stops the run here. A file that changed on disk since it
+    was read is not overwritten either: UserError, nothing written.
     """
+    trees = [(os.path.realpath(root), os.path.isdir(root)) for root in roots or ()]
     staged: list[tuple[str, str]] = []
     try:
         for migration in files:
             if not migration.changed or migration.disk_path is None:
                 continue
-            target = Path(migration.disk_path).resolve()
+            target = Path(os.path.realpath(migration.disk_path))
+            if trees and not any(inside(str(target), tree) if folder else str(target) == tree for tree, folder in trees):
+                raise UserError(
+                    f"{migration.path}: now a symbolic link to {target}, outside the tree being migrated; "
+                    "nothing was written; run migrate again"
+                )
             if migration.creates:
-                if os.path.lexists(target):
+                if os.path.lexists(migration.disk_path) or os.path.lexists(target):
                     raise UserError(f"{migration.path}: appeared on disk since migrate looked; run migrate again")
-            elif target.read_bytes() != _encoded(migration, migration.original):
-                raise UserError(f"{migration.path}: changed on disk since it was read; run migrate again")
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".accelport.tmp", dir=target.parent)
+            else:
+                try:
+                    current = read_regular(str(target))  # never blocks, should a FIFO be there now
+                except OSError:
+                    current = None
+                if current != _encoded(migration, migration.original):
+                    raise UserError(f"{migration.path}: changed on disk since it was read; run migrate again")
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
             staged.append((tmp, str(target)))
             with os.fdopen(fd, "wb") as handle:
                 handle.write(_encoded(migration, migration.migrated))
@@ -93,3 +113,24 @@ def write_files(files: Sequence[FileMigration]) -> list[str]:
         os.replace(tmp, target)
         written.append(target)
     return written
+
+
+def remove_stale_temp(paths: Sequence[str]) -> list[str]:
+    """Delete the temporary files an earlier `--write` left when it was killed before renaming them.
+
+    `paths` are what discovery found by name (`.NAME.XXXXXXXX.accelport.tmp`); only regular
+    files are removed. Returns the ones removed.
+    """
+    removed = []
+    for path in paths:
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("%s: stale temporary file could not be removed (%s)", path, exc.strerror)
+            continue
+        removed.append(path)
+    return removed

@@ -9,6 +9,9 @@ can reach, this shim
 - logs each redirected API once, with the call site where the program first used it;
 - never disables torch.jit.script, never changes a dtype (torch.cuda.DoubleTensor stays
   float64, autocast keeps the dtype asked for), never rewrites a path or any other string;
+- skips pinning where there is no accelerator to pin for (`.pin_memory()` copies into
+  pageable memory, `pin_memory=True` becomes False): the values are the same, and torch
+  would raise instead;
 - records every redirected API with its call sites and call counts, and writes that
   dynamic inventory as JSON when the process exits.
 """
@@ -47,7 +50,10 @@ _RULES = {
     "torch.amp.GradScaler": "AP1202",
     "torch.distributed.init_process_group": "AP1301",
     "DistributedDataParallel(device_ids)": "AP1302",
+    "Tensor.pin_memory": "AP1605",
+    "pin_memory=True": "AP1605",
 }
+_UNPINNED = "pin_memory=False (no accelerator to pin for)"
 _FACTORIES = (
     "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "tensor", "as_tensor",
     "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like",
@@ -155,13 +161,22 @@ class Shim:
         setattr(owner, name, redirected)
 
     def translate_arguments(
-        self, owner: Any, name: str, api: str, positions: tuple[int, ...], keywords: tuple[str, ...], index_is_device: bool = False
+        self,
+        owner: Any,
+        name: str,
+        api: str,
+        positions: tuple[int, ...],
+        keywords: tuple[str, ...],
+        index_is_device: bool = False,
+        pins: bool = False,
     ) -> None:
-        """owner.name: CUDA devices among these arguments become the target device."""
+        """owner.name: CUDA devices among these arguments become the target device; where it
+        `pins` (takes pin_memory=) and there is no accelerator, pin_memory=True becomes False."""
         if self.identity:
             return
         original = getattr(owner, name)
         shim = self
+        unpin = pins and not self.accelerator
 
         @functools.wraps(original)
         def translated(*args: Any, **kwargs: Any) -> Any:
@@ -180,6 +195,9 @@ class Shim:
                     changed |= hit
             if changed:
                 shim.note(api, f"device {shim.device()}")
+            if unpin and kwargs.get("pin_memory") is True:
+                kwargs["pin_memory"] = False
+                shim.note("pin_memory=True", _UNPINNED)
             return original(*args, **kwargs)
 
         setattr(owner, name, translated)
@@ -230,6 +248,7 @@ class Shim:
 
         self._install_tensor_methods()
         self._install_device_arguments()
+        self._install_pinning()
         self._install_amp()
         self._install_distributed()
 
@@ -276,9 +295,50 @@ class Shim:
         self.translate_arguments(torch, "load", "torch.load(map_location)", (1,), ("map_location",))
         for name in _FACTORIES:
             if hasattr(torch, name):
-                self.translate_arguments(torch, name, "\"cuda\" device argument", (), ("device",))
+                self.translate_arguments(torch, name, "\"cuda\" device argument", (), ("device",), pins=True)
         for name in ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"):
-            self.translate_arguments(torch.Tensor, name, "\"cuda\" device argument", (), ("device",))
+            self.translate_arguments(torch.Tensor, name, "\"cuda\" device argument", (), ("device",), pins=True)
+
+    def _install_pinning(self) -> None:
+        """Pinned host memory needs an accelerator; without one, torch raises where the program pins.
+
+        Then `.pin_memory()` gives a plain copy (what pinning returns, in pageable memory) and
+        DataLoader(pin_memory=True) loads unpinned, as torch itself would with a warning. On an
+        accelerator pinning works as it is (a "cuda" device argument is the target's).
+        """
+        torch = self.torch
+        if self.identity:
+            return
+        if self.accelerator:
+            self.translate_arguments(torch.Tensor, "pin_memory", "\"cuda\" device argument", (1,), ("device",))
+            return
+        shim = self
+        original_pin = torch.Tensor.pin_memory
+
+        @functools.wraps(original_pin)
+        def pin_memory(tensor, *args, **kwargs):
+            if not shim._caller_is_program():
+                return original_pin(tensor, *args, **kwargs)
+            shim.note("Tensor.pin_memory", "a pageable copy (no accelerator to pin for)")
+            return tensor.clone()
+
+        torch.Tensor.pin_memory = pin_memory
+        loader = torch.utils.data.DataLoader
+        loader_init = loader.__init__
+        pin_position = 7  # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory)
+
+        @functools.wraps(loader_init)
+        def loader_init_unpinned(self, *args, **kwargs):
+            if shim._caller_is_program():
+                if kwargs.get("pin_memory") is True:
+                    kwargs["pin_memory"] = False
+                    shim.note("pin_memory=True", _UNPINNED)
+                elif len(args) > pin_position and args[pin_position] is True:
+                    args = (*args[:pin_position], False, *args[pin_position + 1 :])
+                    shim.note("pin_memory=True", _UNPINNED)
+            loader_init(self, *args, **kwargs)
+
+        loader.__init__ = loader_init_unpinned
 
     def _install_amp(self) -> None:
         """autocast("cuda") and GradScaler("cuda") started by the program use the target's device type.
