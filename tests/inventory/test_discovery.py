@@ -134,10 +134,10 @@ def test_a_file_is_read_whole_whatever_size_discovery_saw(tmp_path, listed):
 
 def test_chunks_keep_every_file_in_order_and_shrink_towards_the_end():
     from accelport.inventory.discovery import Candidate
-    from accelport.inventory.engine import _chunks
+    from accelport.inventory.engine import work_chunks
 
     files = [Candidate(f"f{i}.py", f"f{i}.py", 0, 1000 + (i % 7) * 300) for i in range(2000)]
-    chunks = _chunks(files, 2)
+    chunks = work_chunks(files, 2)
     assert [c for chunk in chunks for c in chunk] == files
     sizes = [sum(c.size for c in chunk) for chunk in chunks]
     total = sum(sizes)

@@ -139,7 +139,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _chunks(files: Sequence[Candidate], jobs: int) -> list[list[Candidate]]:
+def work_chunks(files: Sequence[Candidate], jobs: int) -> list[list[Candidate]]:
     """Chunks that shrink as the work runs out ("guided" scheduling), so that no process waits long at the end.
 
     Each chunk takes about 1/(4 x jobs) of the bytes still left, down to a floor of
@@ -200,7 +200,7 @@ def run_scanners(
 
         serial = "fork" not in multiprocessing.get_all_start_methods()
     if serial:
-        for chunk in _chunks(files, 1):
+        for chunk in work_chunks(files, 1):
             yield from _scan_chunk(chunk, finding_limit)
             if on_progress:
                 on_progress(len(chunk))
@@ -209,7 +209,7 @@ def run_scanners(
     # so the work balances to the last chunk; forked workers inherit the chunks, the loaded
     # knowledge and the scanners, and only results travel (through a queue).
     context = multiprocessing.get_context("fork")
-    chunks = _chunks(files, jobs)
+    chunks = work_chunks(files, jobs)
     counter = context.Value("i", 0)
     results = context.Queue()
     workers = [context.Process(target=_worker, args=(chunks, counter, results, finding_limit), daemon=True) for _ in range(jobs - 1)]

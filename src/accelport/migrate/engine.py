@@ -28,7 +28,7 @@ from accelport.findings import Finding, SkippedFile
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
 from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover, read_regular
 from accelport.inventory.engine import PARALLEL_MIN_BYTES, gc_paused, scan_file
-from accelport.inventory.engine import _chunks as guided_chunks
+from accelport.inventory.engine import work_chunks as guided_chunks
 from accelport.inventory.python import PythonScanner, chunks, code_token_lines, scan_python_text
 from accelport.inventory.python.context import lookup_api
 from accelport.inventory.python.markers import (
