@@ -82,25 +82,16 @@ def add_finding_filters(parser: argparse.ArgumentParser, fail_levels: Sequence[s
     parser.add_argument("--fail-on", choices=tuple(fail_levels), metavar="LEVEL", help=fail_help)
 
 
-def rule_ids(text: str | Sequence[str] | None, option: str) -> tuple[str, ...]:
-    """`AP1101,AP12` -> ('AP1101', 'AP12'); each must be a rule ID or the prefix of one (UserError naming `option`)."""
-    import re
-
-    from accelport import knowledge
+def settle_finding_options(args: argparse.Namespace, levels: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Fill unset --select/--ignore/--fail-on/--target from [tool.accelport], check them; returns (select, ignore)."""
+    from accelport import config, knowledge
     from accelport.errors import UserError
 
-    if not text:
-        return ()
-    parts = text.split(",") if isinstance(text, str) else [p for item in text for p in str(item).split(",")]
-    rules = knowledge.rules()
-    out = []
-    for part in (p.strip().upper() for p in parts):
-        if not part:
-            continue
-        if not re.fullmatch(r"AP\d{1,4}", part) or not any(r.startswith(part) for r in rules):
-            raise UserError(f"{option} {part}: not a rule ID or ID prefix; `accelport rules` lists them")
-        out.append(part)
-    return tuple(out)
+    settings = config.project_settings(args.paths)
+    config.apply(args, settings, ("select", "ignore", "fail-on", "target"))
+    if args.fail_on is not None and args.fail_on not in levels:
+        raise UserError(f"{settings.get('__file__', '--fail-on')}: fail-on {args.fail_on!r} must be one of {', '.join(levels)}")
+    return knowledge.rule_prefixes(args.select, "--select"), knowledge.rule_prefixes(args.ignore, "--ignore")
 
 
 def rule_filter(select: tuple[str, ...], ignore: tuple[str, ...]):

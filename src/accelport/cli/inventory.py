@@ -16,7 +16,7 @@ from accelport.cli._conventions import (
     add_format,
     add_output,
     rule_filter,
-    rule_ids,
+    settle_finding_options,
 )
 from accelport.cli._output import Progress, Style, emit, positive_int, use_color
 from accelport.errors import UserError
@@ -43,17 +43,6 @@ def threshold_reached(report, level: str | None) -> bool:
     return any(f.effort.rank >= minimum for f in open_findings)
 
 
-def settle_options(args: argparse.Namespace, levels=FAIL_LEVELS) -> tuple[str, ...] | None:
-    """Fill unset options from [tool.accelport] and check them; returns (select, ignore) or None for all rules."""
-    from accelport import config
-
-    settings = config.project_settings(args.paths)
-    config.apply(args, settings, ("select", "ignore", "fail-on", "target"))
-    if args.fail_on is not None and args.fail_on not in levels:
-        raise UserError(f"{settings.get('__file__', '--fail-on')}: fail-on {args.fail_on!r} must be one of {', '.join(levels)}")
-    return rule_ids(args.select, "--select"), rule_ids(args.ignore, "--ignore")
-
-
 def filtered(report, select: tuple[str, ...], ignore: tuple[str, ...]):
     """The report with only the findings --select/--ignore keep (route and effort recomputed)."""
     import dataclasses
@@ -74,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from accelport.inventory import scan
     from accelport.inventory.render import RENDERERS, render_table
 
-    select, ignore = settle_options(args)
+    select, ignore = settle_finding_options(args, FAIL_LEVELS)
     log = logging.getLogger("accelport.inventory")
     progress: Progress | None = None
 

@@ -26,7 +26,7 @@ import contextlib
 import os
 import sys
 
-from accelport.cli._conventions import add_finding_filters, add_format
+from accelport.cli._conventions import add_finding_filters, add_format, settle_finding_options
 from accelport.cli._output import Progress, Style, emit, output_problem, positive_int, use_color
 from accelport.errors import UserError
 from accelport.textsafe import terminal
@@ -39,7 +39,6 @@ GC_PAUSED = True
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelport.cli.inventory import settle_options
     from accelport.inventory.discovery import check_excludes
     from accelport.migrate import Options, migrate
     from accelport.migrate.render import render_diff, render_json, render_markdown, render_summary
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     # Before writing, each whole file must parse; --diff and --check check the statements they change.
     if not args.helpers_module.isidentifier() or args.helpers_module.startswith("accelport"):
         raise UserError(f"--helpers-module {args.helpers_module}: not a module name; give a Python identifier such as _accelport_compat")
-    select, ignore = settle_options(args)
+    select, ignore = settle_finding_options(args, FAIL_LEVELS)
     if ignore:
         from accelport import knowledge
 

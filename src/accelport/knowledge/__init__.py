@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -344,6 +345,23 @@ def rules() -> dict[str, Rule]:
                 raise RuntimeError(f"knowledge/{name}: duplicate rule id {rule.id}")
             found[rule.id] = rule
     return dict(sorted(found.items()))
+
+
+def rule_prefixes(text: str | Iterable[str] | None, option: str) -> tuple[str, ...]:
+    """`AP1101,AP12` (or several such) -> ('AP1101', 'AP12'); each must be a rule ID or the
+    prefix of one, else a UserError naming `option` (--select, --ignore, a pyproject key)."""
+    if not text:
+        return ()
+    parts = text.split(",") if isinstance(text, str) else [p for item in text for p in str(item).split(",")]
+    all_rules = rules()
+    out = []
+    for part in (p.strip().upper() for p in parts):
+        if not part:
+            continue
+        if not re.fullmatch(r"AP\d{1,4}", part) or not any(r.startswith(part) for r in all_rules):
+            raise UserError(f"{option} {part}: not a rule ID or ID prefix; `accelport rules` lists them")
+        out.append(part)
+    return tuple(out)
 
 
 def rule(rule_id: str) -> Rule:

@@ -17,13 +17,11 @@ import dataclasses
 import logging
 import multiprocessing
 import os
-import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from accelport import knowledge
-from accelport.errors import UserError
 from accelport.findings import Finding, SkippedFile
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
 from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover, read_regular
@@ -67,9 +65,6 @@ from accelport.migrate.source import SourceIndex
 log = logging.getLogger(__name__)
 _SCANNER = PythonScanner()
 
-_RULE_PREFIX = re.compile(r"AP\d{1,4}")
-
-
 @dataclass(frozen=True)
 class Options:
     """What to migrate: rule-ID prefixes (empty: all rules) and the target vendor key."""
@@ -96,18 +91,7 @@ class Options:
 
 def parse_select(text: str | Iterable[str] | None) -> tuple[str, ...]:
     """`AP1101,AP12` -> ('AP1101', 'AP12'); every ID or prefix must name at least one rule."""
-    if not text:
-        return ()
-    parts = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
-    prefixes = []
-    rules = knowledge.rules()
-    for part in (p.strip().upper() for p in parts):
-        if not part:
-            continue
-        if not _RULE_PREFIX.fullmatch(part) or not any(r.startswith(part) for r in rules):
-            raise UserError(f"--select {part}: not a rule ID or ID prefix; `accelport rules` lists them")
-        prefixes.append(part)
-    return tuple(prefixes)
+    return knowledge.rule_prefixes(text, "--select")
 
 
 @knowledge.derived_cache
