@@ -39,7 +39,7 @@ from pathlib import Path
 mode, ref, test = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 start = time.perf_counter()
 if mode == "compare":
-    from accelport.verify.compare import compare_dumps
+    from accelport.verify.numerics.compare import compare_dumps
     with compare_dumps(ref, test) as result:
         out = {"verdict": result.verdict, "bytes_read": result.bytes_read, "tensors": result.counts["tensors"],
                "records": result.counts["matched"], "failed": result.counts["failed"]}

@@ -13,11 +13,11 @@ the module names, which a run does once. msprobe's statistics mode on the same m
 Statistics mode reads every new activation and gradient once more, so its cost grows with
 the activations while the step's grows with the matmuls: the ratio falls as the model
 widens. Each tensor is read once, in place, by accelport's compiled statistics kernel
-(src/accelport/verify/_stats.c: all eight statistics in one pass, float32 lane sums into
+(src/accelport/verify/numerics/_stats.c: all eight statistics in one pass, float32 lane sums into
 float64); run with ACCELPORT_DUMP_NATIVE=0 to time the numpy fallback instead. The rest
 of the cost is torch's round trip through a Python dispatch mode per op (about 650 per
 step here: AdamW's own ops bypass the capture), the bookkeeping per op (in C by default,
-src/accelport/verify/_recorder.c; ACCELPORT_DUMP_RECORDER=0 times the Python path), the
+src/accelport/verify/numerics/_recorder.c; ACCELPORT_DUMP_RECORDER=0 times the Python path), the
 parameters' records and the manifest. Prints one JSON object with the figures per width;
 the target is statistics mode at most 1.3x plain.
 
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from accelport.verify import native, recorder
+from accelport.verify.numerics import native, recorder
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = 1.3

@@ -49,9 +49,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from accelport.verify import capture, dumpfile, stats_kernel  # noqa: E402
-from accelport.verify.compare import compare_dumps  # noqa: E402
-from accelport.verify.dump import STATS_KERNEL_VAR  # noqa: E402
+from accelport.verify import capture  # noqa: E402
+from accelport.verify.numerics import dumpfile, stats_kernel  # noqa: E402
+from accelport.verify.numerics.compare import compare_dumps  # noqa: E402
+from accelport.verify.numerics.dump import STATS_KERNEL_VAR  # noqa: E402
 
 
 def example():

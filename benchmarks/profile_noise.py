@@ -76,7 +76,7 @@ def _models(planted_rows: int):
 def _capture(model, x, path: Path, steps: int) -> Path:
     import torch
 
-    from accelport.verify import profile
+    from accelport.verify.perf import profile
 
     def step():
         with torch.no_grad():
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from accelport.verify import profile
+    from accelport.verify.perf import profile
 
     torch.set_num_threads(1)
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.load)]

@@ -124,8 +124,8 @@ def _phase(argv: list[str]) -> dict:
 
 
 def _measure_load(path: str) -> None:
-    from accelport.verify.profile import summarize
-    from accelport.verify.trace import load_trace
+    from accelport.verify.perf.profile import summarize
+    from accelport.verify.perf.trace import load_trace
 
     started = time.perf_counter()
     trace = load_trace(path)
@@ -137,7 +137,7 @@ def _measure_load(path: str) -> None:
 
 
 def _measure_diff(base: str, test: str, parallel: bool) -> None:
-    from accelport.verify import profile
+    from accelport.verify.perf import profile
 
     if not parallel:
         profile.PARALLEL_BYTES = 1 << 62

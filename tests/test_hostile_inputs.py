@@ -69,7 +69,7 @@ def _world(root: Path) -> dict[str, Path]:
     good["py"].write_text("import torch\nx = torch.zeros(1).cuda()\n")
     good["csv"] = root / "loss.csv"
     good["csv"].write_text("step,loss\n" + "".join(f"{s},{2.0 / (s + 1)}\n" for s in range(12)))
-    from accelport.verify import bench
+    from accelport.verify.perf import bench
 
     result = bench.BenchResult(scenario="step", times_s=[0.01] * 10, warmup=2, stop_reason="converged", samples_per_step=8)
     good["bench"] = root / "bench.json"

@@ -97,7 +97,8 @@ def test_inventory_markdown_and_html_keep_html_inert(cli, tree, tmp_path):
 def test_compare_renderers_sanitize_module_names_and_source_lines(cli, tmp_path):
     import torch
 
-    from accelport.verify import capture, dumpfile
+    from accelport.verify import capture
+    from accelport.verify.numerics import dumpfile
 
     dumps = []
     for name, scale in (("ref", 2.0), ("test", 2.5)):

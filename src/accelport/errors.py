@@ -20,3 +20,18 @@ class MissingDependency(UserError):
             f"{purpose} needs {package}; install it with `pip install 'accelport[{extra}]'`"
         )
         self.package = package
+
+
+class InvalidValue(UserError):
+    """A value outside what a library function accepts, named by the function's own parameter.
+
+    Library code speaks of its parameters (``replay_ratio``), never of command-line flags;
+    the CLI finds the flag that fed `parameter` (the argparse ``dest``) and words the line
+    as ``--replay-ratio 0: ...``. Called from Python, the line reads ``replay_ratio=0: ...``.
+    """
+
+    def __init__(self, parameter: str, value: object, problem: str) -> None:
+        self.parameter = parameter
+        self.value = value
+        self.problem = problem
+        super().__init__(f"{parameter}={value}: {problem}")

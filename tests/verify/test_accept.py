@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from accelport.errors import UserError
-from accelport.verify import accept, bench, comm, soak
+from accelport.verify import accept
+from accelport.verify.perf import bench
+from accelport.verify.stability import comm, soak
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -139,8 +141,8 @@ def test_a_result_that_stopped_on_its_budget_is_flagged_in_the_verdict(cli, tmp_
 def test_numerics_sections_never_pass_when_the_library_is_missing(tmp_path, monkeypatch):
     # The numerics library (compare_dumps, compare_curves) ships separately; without it
     # the checks are errors that fail the verdict, never silent passes.
-    monkeypatch.setitem(sys.modules, "accelport.verify.compare", None)
-    monkeypatch.setitem(sys.modules, "accelport.verify.curves", None)
+    monkeypatch.setitem(sys.modules, "accelport.verify.numerics.compare", None)
+    monkeypatch.setitem(sys.modules, "accelport.verify.numerics.curves", None)
     _inputs(tmp_path)
     (tmp_path / "spec.toml").write_text(NUMERICS)
     report = accept.evaluate(accept.load_spec(tmp_path / "spec.toml"))
@@ -443,7 +445,7 @@ def test_precision_section_plots_the_curves_inline(tmp_path):
 def test_acceptance_report_renders_every_section_without_console_errors(chromium, tmp_path, monkeypatch):
     # Correctness renders as "could not run" here (its dump folders are placeholders), whether
     # or not the numerics library is installed; precision runs on real curve files and plots them.
-    monkeypatch.setitem(sys.modules, "accelport.verify.compare", None)
+    monkeypatch.setitem(sys.modules, "accelport.verify.numerics.compare", None)
     _inputs(tmp_path)
     (tmp_path / "spec.toml").write_text(SPEC + NUMERICS)
     report = accept.evaluate(accept.load_spec(tmp_path / "spec.toml"))

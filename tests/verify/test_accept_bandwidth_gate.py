@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from accelport.verify import comm
+from accelport.verify.stability import comm
 
 
 def _spec(tmp_path, floor: float) -> str:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from accelport.errors import UserError
-from accelport.verify import bench
+from accelport.verify.perf import bench
 
 
 def test_bootstrap_ci_brackets_the_median_and_is_deterministic():
@@ -173,7 +173,7 @@ def test_cli_bench_runs_a_marked_script_and_stops_it_when_done(tmp_path):
     script = tmp_path / "loop.py"
     script.write_text(textwrap.dedent("""
         import time
-        from accelport.verify import bench
+        from accelport.verify.perf import bench
         for i in range(100000):
             time.sleep(0.001)
             if not bench.step(samples=16):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from accelport.verify import comm
+from accelport.verify.stability import comm
 
 pytest.importorskip("torch", reason="comm runs torch.distributed (pip install 'accelport[torch]')")
 

@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from accelport.errors import UserError
-from accelport.verify import capture, dumpfile
-from accelport.verify.compare import compare_dumps
+from accelport.verify import capture
+from accelport.verify.numerics import dumpfile
+from accelport.verify.numerics.compare import compare_dumps
 
 
 def run(folder: Path, fn, tensors: bool = True) -> Path:
@@ -209,7 +210,7 @@ def test_tolerance_override_changes_the_verdict(tmp_path):
 
 @pytest.mark.parametrize("window", [3, 8, 2048])
 def test_windowed_alignment_pairs_every_common_record(window):
-    from accelport.verify.align import align
+    from accelport.verify.numerics.align import align
 
     def rec(name, step=0):
         return {

@@ -11,7 +11,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from numerics_helpers import buggy_relu, dump, tinylm, train_step
 
-from accelport.verify.compare import compare_dumps
+from accelport.verify.numerics.compare import compare_dumps
 
 
 def bf16_step(model):

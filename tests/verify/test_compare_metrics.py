@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from accelport.verify import capture, metrics
-from accelport.verify.compare import compare_dumps
+from accelport.verify import capture
+from accelport.verify.numerics import metrics
+from accelport.verify.numerics.compare import compare_dumps
 
 N = 20_011  # not a multiple of any chunk: the last chunk is short
 

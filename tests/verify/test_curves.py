@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from accelport.errors import UserError
-from accelport.verify.curves import compare_curves, read_run
+from accelport.verify.numerics.curves import compare_curves, read_run
 
 TB = Path(__file__).parent / "data" / "tb"
 

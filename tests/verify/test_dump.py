@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from numerics_helpers import dump, tinylm, train_step
 
 from accelport.errors import UserError
-from accelport.verify import capture, dumpfile
+from accelport.verify import capture
+from accelport.verify.numerics import dumpfile
 
 
 def records(folder: Path) -> list[dict]:

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from accelport.verify.compare import compare_dumps
-from accelport.verify.dump import capture
+from accelport.verify.numerics.compare import compare_dumps
+from accelport.verify.numerics.dump import capture
 
 HERE = Path(__file__).name
 

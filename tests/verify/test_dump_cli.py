@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from accelport.errors import UserError
-from accelport.verify import capture, dumpfile
+from accelport.verify import capture
+from accelport.verify.numerics import dumpfile
 
 REPO = Path(__file__).resolve().parents[2]
 

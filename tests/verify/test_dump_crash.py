@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from accelport.verify import dumpfile
-from accelport.verify.compare import compare_dumps
+from accelport.verify.numerics import dumpfile
+from accelport.verify.numerics.compare import compare_dumps
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from accelport.verify import capture, dumpfile
+from accelport.verify import capture
+from accelport.verify.numerics import dumpfile
 
 SECRET = "TOPSECRET-DUMP-READING"
 
@@ -127,7 +128,7 @@ def test_a_huge_nbytes_is_damage_and_allocates_nothing(cli, real_dump, copy):
 
 def test_a_tensor_larger_than_its_file_is_cut_short_without_allocating_it(real_dump):
     from accelport.errors import UserError
-    from accelport.verify.metrics import TensorFiles
+    from accelport.verify.numerics.metrics import TensorFiles
 
     files = TensorFiles(real_dump)
     entry = {"file": "tensors/step000000.safetensors", "start": 0, "nbytes": 2**40, "dtype": "float32", "shape": [2**38]}
@@ -194,7 +195,7 @@ def test_a_manifest_line_without_end_is_not_read_whole(cli, real_dump, tmp_path)
 TRUNCATE_WHILE_READING = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
-    from accelport.verify.metrics import TensorFiles
+    from accelport.verify.numerics.metrics import TensorFiles
 
     folder = Path(sys.argv[1])
     path = folder / "tensors" / "step000000.safetensors"

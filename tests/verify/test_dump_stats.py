@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import accelport.native
-from accelport.verify import capture, dumpfile, native
-from accelport.verify.dump import _Stats
+from accelport.verify import capture
+from accelport.verify.numerics import dumpfile, native
+from accelport.verify.numerics.dump import _Stats
 
 BIG = torch.finfo(torch.float32).max
 
@@ -218,7 +219,7 @@ def test_no_compiler_means_numpy_statistics_and_one_log_line(tmp_path, monkeypat
     monkeypatch.delenv(native.ENV_VAR, raising=False)
     native.reset()
     try:
-        with caplog.at_level(logging.INFO, logger="accelport.verify.native"):
+        with caplog.at_level(logging.INFO, logger="accelport.verify.numerics.native"):
             stats = _Stats(host=True)
         assert stats.native is None
         assert "using numpy" in caplog.text

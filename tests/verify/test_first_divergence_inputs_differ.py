@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from accelport.verify import capture
-from accelport.verify.compare import compare_dumps
+from accelport.verify.numerics.compare import compare_dumps
 
 
 def _run(folder: Path, shift: float, scale: float, extra: bool = False) -> Path:

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from accelport.errors import UserError
-from accelport.verify import profile, trace
+from accelport.verify.perf import profile, trace
 
 try:
     import torch
@@ -480,7 +480,7 @@ def test_cli_profile_runs_a_script_and_profiles_its_marked_steps(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""
         import torch
-        from accelport.verify import bench
+        from accelport.verify.perf import bench
         model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
         x = torch.randn(8, 16)
         for i in range(1000):
@@ -525,7 +525,7 @@ def test_cli_profile_bad_arguments_are_one_line_usage_errors(cli, tmp_path, monk
 def test_profile_child_without_torch_says_so_in_one_line(tmp_path):
     # The interpreter after `--` may lack torch: one line naming it, not an ImportError traceback.
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from accelport.verify.profile import _child\n"
+            "from accelport.verify.perf.profile import _child\n"
             f"sys.exit(_child(['--trace', {str(tmp_path / 't.json')!r}, {str(tmp_path / 'x.py')!r}]))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2

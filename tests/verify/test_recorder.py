@@ -21,14 +21,15 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).parent))
 from numerics_helpers import tinylm, train_step
 
-from accelport.verify import capture, dumpfile, recorder
+from accelport.verify import capture
+from accelport.verify.numerics import dumpfile, recorder
 
 
 @pytest.fixture(autouse=True)
 def compiled_recorder():
     """The extension; where a C compiler and Python's headers are present it must load."""
     from accelport import native
-    from accelport.verify import native as stats_native
+    from accelport.verify.numerics import native as stats_native
 
     if native.disabled(recorder.ENV_VAR, stats_native.ENV_VAR):
         pytest.skip("compiled helpers turned off (ACCELPORT_NATIVE / ACCELPORT_DUMP_RECORDER / ACCELPORT_DUMP_NATIVE)")
@@ -193,7 +194,7 @@ def test_the_compiled_path_is_off_where_it_does_not_apply(tmp_path, monkeypatch)
 
 
 def test_statistics_and_arguments_equal_the_python_rules():
-    from accelport.verify import dump
+    from accelport.verify.numerics import dump
 
     module = recorder.load()
     stats = dump._Stats(True)
@@ -212,7 +213,7 @@ def test_device_statistics_take_the_same_way_through_the_compiled_path(tmp_path)
     """On an accelerator the compiled path hands each tensor to the Python statistics, which
     batch it on the device and give an index filled in at the flush; emulated on the CPU
     by a recorder with no kernel and statistics told to batch, against the Python path."""
-    from accelport.verify import native as stats_native
+    from accelport.verify.numerics import native as stats_native
 
     module = recorder.load()
     config = recorder._config(stats_native.kernels())

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from accelport.verify import soak
+from accelport.verify.stability import soak
 
 torch = pytest.importorskip("torch", reason="soak's training-loop tests need torch (pip install 'accelport[torch]')")
 
@@ -151,7 +151,7 @@ def test_cli_soak_catches_a_hang_in_a_script_and_prints_its_stack(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""
         import time
-        from accelport.verify import bench
+        from accelport.verify.perf import bench
         for i in range(1000):
             if i == 6:
                 time.sleep(3600)  # planted hang

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from accelport.errors import UserError
-from accelport.verify import soak
+from accelport.verify.stability import soak
 
 
 def _sample(step: int, rss: float, dt: float = 0.01) -> dict:

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from accelport.kernels.tl_compat import HAVE_TRITON, INTERPRETING
-from accelport.verify import stats_kernel
-from accelport.verify.dump import STATS_KERNEL_VAR, capture
+from accelport.verify.numerics import stats_kernel
+from accelport.verify.numerics.dump import STATS_KERNEL_VAR, capture
 
 pytestmark = pytest.mark.skipif(
     not (HAVE_TRITON and INTERPRETING), reason="needs Triton's interpreter (TRITON_INTERPRET=1 at import, as tests/conftest.py sets)"

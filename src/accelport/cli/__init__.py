@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from accelport import __version__
-from accelport.errors import MissingDependency, UserError
+from accelport.errors import InvalidValue, MissingDependency, UserError
 from accelport.textsafe import one_line, terminal
 
 EXIT_OK = 0
@@ -154,6 +154,9 @@ def _main(argv: Sequence[str] | None, collecting: bool) -> int:
         global _quick_exit
         _quick_exit = bool(getattr(sys.modules.get(args.handler.__module__), "QUICK_EXIT", False))
         return code
+    except InvalidValue as exc:
+        dest = getattr(sys.modules.get(args.handler.__module__), "DEST_OF", {}).get(exc.parameter, exc.parameter)
+        return _error(f"{_flag_for(parser, args.command, dest)} {exc.value}: {exc.problem}", exc.exit_code)
     except UserError as exc:
         return _error(str(exc), exc.exit_code)
     except ModuleNotFoundError as exc:
@@ -188,6 +191,22 @@ class _SafeFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return terminal(super().format(record))
+
+
+def _flag_for(parser: argparse.ArgumentParser, command: str | None, parameter: str) -> str:
+    """The flag of `command` whose value lands in `parameter` (its argparse dest), as the user would type it.
+
+    Library errors name their own parameters; the flag is found here, from the parser that
+    read the line, so no table of flag spellings lives outside the CLI. A command module whose
+    flag's dest differs from the library parameter says so in ``DEST_OF = {parameter: dest}``.
+    A parameter no flag feeds (a value computed from several flags) keeps its library name.
+    """
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    chosen = sub.choices.get(command) if sub is not None and command else None
+    for action in (chosen or parser)._actions:
+        if action.dest == parameter and action.option_strings:
+            return max(action.option_strings, key=len)
+    return parameter
 
 
 def _error(message: str, code: int) -> int:

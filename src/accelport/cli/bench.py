@@ -1,6 +1,6 @@
 """`accelport bench`: median step time with a bootstrap CI, throughput and peak memory; compare with a baseline.
 
-Run a script whose loop calls `accelport.verify.bench.step()` once per step:
+Run a script whose loop calls `accelport.verify.perf.bench.step()` once per step:
 
     accelport bench --samples-per-step 32 --save cpu.json -- python train.py --steps 200
     accelport bench --result cpu.json --baseline cuda.json --floor 0.6
@@ -71,7 +71,7 @@ def _params(values: list[str]) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from accelport.errors import UserError
-    from accelport.verify import bench
+    from accelport.verify.perf import bench
 
     command = list(args.command or [])
     if command and command[0] == "--":

@@ -23,7 +23,7 @@ ORDER = 64
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelport.verify import comm
+    from accelport.verify.stability import comm
 
     # The ranks are child processes: without torch each would fail on its own, and the
     # verdict would read as a collective that failed rather than a package not installed.

@@ -43,8 +43,8 @@ def _tolerances(values: list[str]) -> dict[str, tuple[float, float]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelport.verify.compare import compare_dumps
-    from accelport.verify.numerics_report import RENDERERS
+    from accelport.verify.numerics.compare import compare_dumps
+    from accelport.verify.numerics.numerics_report import RENDERERS
 
     result = compare_dumps(
         args.ref,
@@ -81,7 +81,7 @@ def _stream_csv(result, output: str | None) -> None:
     import sys
 
     from accelport.fileio import atomic_open
-    from accelport.verify.numerics_report import write_csv
+    from accelport.verify.numerics.numerics_report import write_csv
 
     if output and output != "-":
         try:

@@ -33,8 +33,8 @@ def _per_metric(values: list[str]) -> tuple[float | None, dict[str, float]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelport.verify.curves import compare_curves
-    from accelport.verify.curves_report import RENDERERS
+    from accelport.verify.numerics.curves import compare_curves
+    from accelport.verify.numerics.curves_report import RENDERERS
 
     base, per = _per_metric(args.tolerance)
     result = compare_curves(

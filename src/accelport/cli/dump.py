@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.output_dir}: folder is not empty; dump into a new folder")
     modules, ops = _filters(args.filter, "--filter")
     tensor_modules, tensor_ops = _filters(args.tensor_filter, "--tensor-filter")
-    from accelport.verify.dump import ENV_VAR, PHASES, bootstrap_dir, parse_steps
+    from accelport.verify.numerics.dump import ENV_VAR, PHASES, bootstrap_dir, parse_steps
 
     parse_steps(args.steps)  # fail early on a bad range
     phases = args.phases.split(",") if args.phases else ["forward", "backward", "other"]
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
 def _summary(folder: str, code: int) -> str:
     from pathlib import Path
 
-    from accelport.verify import dumpfile
+    from accelport.verify.numerics import dumpfile
 
     roots = [Path(folder)]
     if Path(folder).is_dir():

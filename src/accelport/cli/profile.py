@@ -1,6 +1,6 @@
 """`accelport profile` and `accelport profile-diff`: per-op time from torch.profiler traces, and where two traces differ.
 
-    accelport profile --steps 3 --trace cpu.json -- python train.py     # loop calls accelport.verify.bench.step()
+    accelport profile --steps 3 --trace cpu.json -- python train.py     # loop calls accelport.verify.perf.bench.step()
     accelport profile-diff cuda.json cpu.json --format html -o diff.html
 
 profile-diff reads Chrome/Kineto traces (torch.profiler on CUDA, ROCm, XPU, CPU)
@@ -36,7 +36,7 @@ def _python_script(command: list[str]) -> tuple[str, list[str]]:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    from accelport.verify import profile
+    from accelport.verify.perf import profile
 
     command = list(args.command or [])
     if command and command[0] == "--":
@@ -50,7 +50,7 @@ def run_profile(args: argparse.Namespace) -> int:
         raise UserError(f"--trace {args.output_trace}: folder {trace.parent} does not exist; create it or pick another trace path")
     check_range("--steps", args.steps, low=1)
     check_range("--warmup", args.warmup, low=0)
-    child = [interpreter, "-m", "accelport.verify.profile", "--trace", str(trace), "--warmup", str(args.warmup)]
+    child = [interpreter, "-m", "accelport.verify.perf.profile", "--trace", str(trace), "--warmup", str(args.warmup)]
     if args.steps:
         child += ["--steps", str(args.steps)]
     env = dict(os.environ)
@@ -74,7 +74,7 @@ def run_profile(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from accelport.verify import profile
+    from accelport.verify.perf import profile
 
     check_range("--top", args.top, low=0)
     check_range("--fail-above", args.fail_above, low=0, low_open=True)
@@ -92,7 +92,7 @@ def run_diff(args: argparse.Namespace) -> int:
 
 
 def _steps_used_option(parser: argparse.ArgumentParser) -> None:
-    # Literal choices: importing accelport.verify.profile here would slow down `accelport --help`.
+    # Literal choices: importing accelport.verify.perf.profile here would slow down `accelport --help`.
     parser.add_argument("--steps-used", choices=("faster-half", "all"), default="faster-half",
                         help="profiled steps the figures average: the faster half (interference only ever "
                              "lengthens a step) or all of them (default: %(default)s)")

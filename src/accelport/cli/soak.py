@@ -1,6 +1,6 @@
 """`accelport soak`: run for hours; catch hangs (with stacks), OOM, NaN/Inf, loss spikes, memory leaks and slowdowns.
 
-The script marks each step with `accelport.verify.bench.step(loss=loss)`:
+The script marks each step with `accelport.verify.perf.bench.step(loss=loss)`:
 
     accelport soak --duration 72h --hang-timeout 600 --save soak.json -- python train.py --steps 1000000
 
@@ -44,7 +44,7 @@ def _render(data: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelport.verify import soak
+    from accelport.verify.stability import soak
 
     command = list(args.command or [])
     if command and command[0] == "--":

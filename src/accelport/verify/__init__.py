@@ -2,7 +2,7 @@
 
 
 def capture(run_dir, **options):
-    """Record a run's numerics into `run_dir`; see `accelport.verify.dump.capture` (torch is imported lazily)."""
-    from accelport.verify.dump import capture as _capture
+    """Record a run's numerics into `run_dir`; see `accelport.verify.numerics.dump.capture` (torch is imported lazily)."""
+    from accelport.verify.numerics.dump import capture as _capture
 
     return _capture(run_dir, **options)

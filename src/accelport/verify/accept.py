@@ -6,12 +6,12 @@ but a spec must have at least one:
 
     title = "TinyLM: CUDA -> Ascend"
 
-    [correctness]                 # accelport.verify.compare.compare_dumps
+    [correctness]                 # accelport.verify.numerics.compare.compare_dumps
     reference = "dumps/cuda"
     test = "dumps/npu"
     options = { tolerances = { float32 = [1e-3, 1e-3] } }   # compare_dumps options (below)
 
-    [precision]                   # accelport.verify.curves.compare_curves
+    [precision]                   # accelport.verify.numerics.curves.compare_curves
     reference = "curves/cuda.csv"
     tests = ["curves/npu.csv"]
     options = { tolerance = 0.01 }  # compare_curves options (below)
@@ -332,13 +332,13 @@ class AcceptReport:
 def _numerics(module: str, function: str) -> Callable[..., Any] | str:
     """The numerics library's entry point, or why it is unavailable."""
     try:
-        return getattr(importlib.import_module(f"accelport.verify.{module}"), function)
+        return getattr(importlib.import_module(f"accelport.verify.numerics.{module}"), function)
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("accelport"):
-            return f"accelport.verify.{module} is not part of this accelport build, so {function}() cannot run"
-        return f"accelport.verify.{module} needs {exc.name}, which is not installed"
+            return f"accelport.verify.numerics.{module} is not part of this accelport build, so {function}() cannot run"
+        return f"accelport.verify.numerics.{module} needs {exc.name}, which is not installed"
     except AttributeError:
-        return f"accelport.verify.{module} has no {function}(); this accelport build does not match the spec"
+        return f"accelport.verify.numerics.{module} has no {function}(); this accelport build does not match the spec"
 
 
 def _from_numerics(section: str, entry: dict[str, Any], entry_point: tuple[str, str], arguments: tuple[Any, ...],
@@ -397,7 +397,7 @@ def _curve_plots(result: Any) -> list[tuple[str, str]]:
 
 def check_performance(entry: dict[str, Any]) -> Check:
     from accelport.report.svg import line_chart
-    from accelport.verify import bench
+    from accelport.verify.perf import bench
 
     test = bench.load_result(entry["result"])
     baseline = bench.load_result(entry["baseline"])
@@ -425,7 +425,7 @@ def check_performance(entry: dict[str, Any]) -> Check:
          "test": list(enumerate(t * 1000 for t in test.times_s))},
         title="Step time per measured step", x_label="step", y_label="ms"), "Step times of both machines")))
     if entry.get("base_trace") and entry.get("test_trace"):
-        from accelport.verify import profile
+        from accelport.verify.perf import profile
 
         diff = profile.diff_traces(entry["base_trace"], entry["test_trace"])
         check.figures["profile_diff"] = {
@@ -438,7 +438,7 @@ def check_performance(entry: dict[str, Any]) -> Check:
 
 def check_stability(entry: dict[str, Any]) -> Check:
     from accelport.report.svg import line_chart
-    from accelport.verify import soak
+    from accelport.verify.stability import soak
 
     data = soak.load_result(entry["result"])
     failures = data.get("failures") or []
@@ -471,7 +471,7 @@ def check_stability(entry: dict[str, Any]) -> Check:
 
 def check_collectives(entry: dict[str, Any]) -> Check:
     from accelport.report.svg import line_chart
-    from accelport.verify import comm
+    from accelport.verify.stability import comm
 
     data = comm.load_result(entry["result"])
     problems = list(data.get("errors") or [])
@@ -525,7 +525,7 @@ def evaluate(spec: Spec) -> AcceptReport:
 
 def render_html(report: AcceptReport) -> str:
     from accelport.report.html import HtmlPage
-    from accelport.verify import profile
+    from accelport.verify.perf import profile
 
     verdict = report.verdict
     page = HtmlPage(report.spec.title, f"accelport {__version__} acceptance report; spec {report.spec.path}; {report.created}")

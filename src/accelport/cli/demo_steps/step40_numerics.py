@@ -115,8 +115,8 @@ def run(ctx) -> bool:
     if importlib.util.find_spec("torch") is None:
         ctx.say(ctx.style.red("  torch is not installed: pip install 'accelport[torch]'"))
         return False
-    from accelport.verify.compare import compare_dumps
-    from accelport.verify.numerics_report import render_html, where
+    from accelport.verify.numerics.compare import compare_dumps
+    from accelport.verify.numerics.numerics_report import render_html, where
 
     work = ctx.workdir / "numerics"
     work.mkdir(parents=True, exist_ok=True)

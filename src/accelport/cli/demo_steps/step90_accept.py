@@ -42,7 +42,9 @@ def _pooled(parts):
 
 
 def run(ctx) -> bool:
-    from accelport.verify import accept, bench, comm, profile, soak
+    from accelport.verify import accept
+    from accelport.verify.perf import bench, profile
+    from accelport.verify.stability import comm, soak
 
     out = ctx.workdir / "accept"
     out.mkdir(parents=True, exist_ok=True)

@@ -378,7 +378,7 @@ class _Columns:
     def add(self, batch: list[Any]) -> None:
         import numpy as np
 
-        from accelport.verify.trace_schema import NO_ARGS
+        from accelport.verify.perf.trace_schema import NO_ARGS
 
         phases = [e.ph for e in batch]
         self.counts.update(phases)
@@ -485,7 +485,7 @@ def check_dependencies() -> None:
 def load_trace(path: str | Path) -> Trace:
     """Read a trace file into a `Trace` (columns); raises UserError on a file that is not a trace."""
     check_dependencies()
-    from accelport.verify import trace_schema
+    from accelport.verify.perf import trace_schema
 
     path = Path(path)
     metadata: dict[str, Any] = {}

@@ -1,5 +1,5 @@
 /* The per-op path of `accelport dump` in statistics mode, as a CPython extension (compiled
- * at first use by accelport/verify/recorder.py; Capture._on_op in dump.py is the same path
+ * at first use by accelport/verify/numerics/recorder.py; Capture._on_op in dump.py is the same path
  * in Python, the reference and the fallback: both must write the same records).
  *
  * Called for every ATen op the dispatch mode sees, it works out the phase and module, runs

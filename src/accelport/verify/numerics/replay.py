@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from accelport.verify.metrics import TensorFiles
+from accelport.verify.numerics.metrics import TensorFiles
 
 # Random ops cannot be replayed: their output is not a function of their inputs.
 _RANDOM = (

@@ -13,7 +13,7 @@ from accelport.report import markdown, svg
 from accelport.report.html import HtmlPage
 from accelport.report.table import text_table
 from accelport.textsafe import one_line
-from accelport.verify.compare import CompareResult
+from accelport.verify.numerics.compare import CompareResult
 
 CSV_COLUMNS = (
     "row", "status", "kind", "step", "phase", "module", "op", "call_index", "source_line", "dtype_ref", "dtype_test",

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelport.verify import align, dumpfile, metrics
-from accelport.verify.metrics import TensorDiff, TensorFiles, Tolerance
+from accelport.verify.numerics import align, dumpfile, metrics
+from accelport.verify.numerics.metrics import TensorDiff, TensorFiles, Tolerance
 
 _CACHE_LIMIT = 100_000
 
@@ -394,7 +394,7 @@ class _Comparer:
             and (inputs_ok or inputs_drift)
         )
         if replayable and wanted:
-            from accelport.verify.replay import replay
+            from accelport.verify.numerics.replay import replay
 
             found = replay(ref, test, self.ref_files, self.test_files, self.replay_ratio)
             if found.get("status") == "done":
@@ -627,7 +627,7 @@ class _Comparer:
             and _has_tensors(self.first_pair[0])
         ):
             ref, test = self.first_pair
-            from accelport.verify.replay import replay
+            from accelport.verify.numerics.replay import replay
 
             self.first["replay"] = replay(
                 ref, test, self.ref_files, self.test_files, self.replay_ratio

@@ -38,7 +38,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from accelport.verify import dumpfile
+from accelport.verify.numerics import dumpfile
 
 _FLOAT_RANK = {"float64": 4, "float32": 3, "float16": 2, "bfloat16": 1}
 # Under "norm", no single element may differ by more than GUARD times the "max" criterion's bound.

@@ -25,7 +25,7 @@ from typing import Any
 
 from accelport.errors import UserError
 from accelport.fileio import read_input
-from accelport.verify import tfevents
+from accelport.verify.numerics import tfevents
 
 STEP_NAMES = ("step", "iteration", "iter", "global_step")
 DEFAULT_JUDGED = ("loss",)
@@ -234,7 +234,7 @@ class CurvesResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON (a non-finite value as the string 'nan' or 'inf')."""
-        from accelport.verify.dumpfile import json_safe
+        from accelport.verify.numerics.dumpfile import json_safe
 
         judged = self._judged()
         return json_safe(
@@ -340,7 +340,7 @@ def compare_curves(
     per_step: bool = False,
 ) -> CurvesResult:
     """Compare the curves of `tests` with `ref` (and the band of `seeds`, other seeds of the reference)."""
-    from accelport.verify.metrics import defaults
+    from accelport.verify.numerics.metrics import defaults
 
     if not tests:
         raise UserError("accelport curves: give at least one TEST run after REF")

@@ -1,5 +1,5 @@
 /* One-pass tensor statistics for `accelport dump` on the CPU (compiled at first use by
- * accelport/verify/native.py; numpy does the same work when no C compiler is found).
+ * accelport/verify/numerics/native.py; numpy does the same work when no C compiler is found).
  *
  * ap_stats_<dtype>(x, n, out) adds the statistics of n contiguous elements to out[9]
  * (ap_stats_<dtype>_nd: of a strided tensor whose last dimension is contiguous):

@@ -164,7 +164,7 @@ def run(
                    WORLD_SIZE=str(ranks), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(ranks))
         env.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
         log = (workdir / f"rank{rank}.log").open("w")
-        procs.append((subprocess.Popen([sys.executable, "-m", "accelport.verify.comm", str(config_path)],
+        procs.append((subprocess.Popen([sys.executable, "-m", "accelport.verify.stability.comm", str(config_path)],
                                        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log))
     deadline = time.monotonic() + timeout_s
     errors: list[str] = []
@@ -174,7 +174,7 @@ def run(
         except subprocess.TimeoutExpired:
             errors.append(f"rank {rank}: no result within {timeout_s:.0f} s (hang); see {workdir / f'rank{rank}.log'}")
         log.close()
-    from accelport.verify.bench import stop_process
+    from accelport.verify.perf.bench import stop_process
 
     for proc, _ in procs:
         stop_process(proc, grace_s=2.0)

@@ -6,7 +6,7 @@ Two ways in:
   device synchronised around every step) until the bootstrap confidence
   interval of the median step time is tight, or the step/time budget ends.
 * A script: `accelport bench -- python train.py`. The script marks its steps
-  with one line, `accelport.verify.bench.step()`, at the end of each
+  with one line, `accelport.verify.perf.bench.step()`, at the end of each
   iteration. Outside accelport that call does nothing measurable. Under
   `accelport bench`, `soak` or `profile` it synchronises the device, records
   the step (time, memory, loss when given) and returns False once the

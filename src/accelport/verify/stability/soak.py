@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport.errors import UserError
-from accelport.verify import bench
+from accelport.verify.perf import bench
 from accelport.verify.saved import check_fields, read_saved
 
 RESULT_KIND = "accelport.soak"
@@ -464,7 +464,7 @@ def run_command(
     limits: SoakLimits | None = None,
     echo: Callable[[str, str], None] | None = None,
 ) -> SoakResult:
-    """Soak a command that marks its steps with `accelport.verify.bench.step(loss=...)`.
+    """Soak a command that marks its steps with `accelport.verify.perf.bench.step(loss=...)`.
 
     Until the first marked step, any line of output counts as a heartbeat (imports,
     data loading); after it, only steps do. A hang is ended with SIGABRT, which

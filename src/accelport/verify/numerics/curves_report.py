@@ -8,7 +8,7 @@ from accelport.report import markdown
 from accelport.report.html import HtmlPage
 from accelport.report.table import text_table
 from accelport.textsafe import one_line
-from accelport.verify.curves import CurvesResult
+from accelport.verify.numerics.curves import CurvesResult
 
 _HEADERS = [
     "metric",

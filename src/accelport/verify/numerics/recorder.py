@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport import native
-from accelport.verify import native as stats_native
+from accelport.verify.numerics import native as stats_native
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def _load() -> Any:
 def _config(kernels: stats_native.Kernels) -> dict[str, Any]:
     import torch
 
-    from accelport.verify import dump
+    from accelport.verify.numerics import dump
 
     config: dict[str, Any] = {
         "tensor": torch.Tensor,

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport.errors import UserError
-from accelport.verify import dumpfile, native
+from accelport.verify.numerics import dumpfile, native
 
 log = logging.getLogger(__name__)
 
@@ -422,7 +422,7 @@ class _Stats:
             return None
         batch = self._batches.get(device, False)
         if batch is False:
-            from accelport.verify import stats_kernel
+            from accelport.verify.numerics import stats_kernel
 
             usable = stats_kernel.available(device) if device.type != "cpu" or self.kernel_mode == "triton" else False
             batch = self._batches[device] = stats_kernel.Batch(self.torch, device) if usable else None
@@ -673,7 +673,7 @@ class Capture:
         host, no tensors saved, no checksums; None otherwise or where it cannot be built."""
         if self.tensors or self.checksums or not self.stats_on_host or not self.compiled:
             return None
-        from accelport.verify import recorder
+        from accelport.verify.numerics import recorder
 
         return recorder.load()
 

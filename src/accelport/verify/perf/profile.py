@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelport.verify import trace as tr
+from accelport.verify.perf import trace as tr
 
 log = logging.getLogger(__name__)
 
@@ -1174,7 +1174,7 @@ def render_single(profile: TraceProfile, limit: int = 15) -> str:
 
 
 def _child(argv: Sequence[str]) -> int:
-    """Run a script under the profiler (started by `accelport profile` as `python -m accelport.verify.profile`)."""
+    """Run a script under the profiler (started by `accelport profile` as `python -m accelport.verify.perf.profile`)."""
     import argparse
     import runpy
     import sys
@@ -1195,7 +1195,7 @@ def _child(argv: Sequence[str]) -> int:
     sys.argv = [args.script, *args.args]
     sys.path.insert(0, str(Path(args.script).resolve().parent))
     if args.steps:
-        from accelport.verify import bench
+        from accelport.verify.perf import bench
 
         session = profiling(args.trace, steps=args.steps, warmup=args.warmup)
         step = session.__enter__()

@@ -4,7 +4,7 @@ import os
 
 if os.environ.get("ACCELPORT_DUMP"):
     try:
-        from accelport.verify.dump import start_from_environment
+        from accelport.verify.numerics.dump import start_from_environment
 
         start_from_environment()
     except Exception as exc:  # a broken dump must not stop the user's program silently or loudly

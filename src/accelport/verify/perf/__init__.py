@@ -1,0 +1,1 @@
+"""Speed: step-time benchmarks with confidence intervals, profiler breakdowns and their diff."""

@@ -1,0 +1,1 @@
+"""Stability: long runs (soak) and collective communication checks (comm)."""
