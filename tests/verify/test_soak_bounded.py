@@ -75,7 +75,7 @@ def test_cli_soak_out_of_range_options_are_one_line_usage_errors(cli, tmp_path, 
 
     marker = tmp_path / "ran"
     script = tmp_path / "loop.py"
-    script.write_text(f"open({str(marker)!r}, 'w')\nfrom accelport.verify import bench\nfor _ in range(12):\n    bench.step(loss=1.0)\n")
+    script.write_text(f"open({str(marker)!r}, 'w')\nfrom accelport.verify.perf import bench\nfor _ in range(12):\n    bench.step(loss=1.0)\n")
     done = cli("soak", *[a.format(tmp=tmp_path) for a in arguments], "--quiet", "--", sys.executable, str(script))
     if message is None:
         assert done.code == 0 and marker.exists(), done.out + done.err
