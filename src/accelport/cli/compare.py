@@ -96,6 +96,10 @@ def _stream_csv(result, output: str | None) -> None:
         sys.stdout.flush()
 
 
+# Library parameters whose flag has another dest (errors.InvalidValue names the parameter; the CLI words the flag).
+DEST_OF = {"tolerances": "tol"}
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "compare",

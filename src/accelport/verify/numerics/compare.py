@@ -777,16 +777,16 @@ def compare_dumps(ref: Path, test: Path, **options: Any) -> CompareResult:
 
 def _check_numbers(options: Mapping[str, Any]) -> None:
     """Numeric options a user gives (on the command line or in code): one clear error for a bad one."""
-    from accelport.errors import UserError
+    from accelport.errors import InvalidValue
 
     ratio = options.get("replay_ratio")
     if ratio is not None and not (isinstance(ratio, int | float) and math.isfinite(ratio) and ratio > 0):
-        raise UserError(f"--replay-ratio {ratio}: K must be a number above 0 (default 2)")
-    for name, flag, least in (("window", "--window", 1), ("top", "--top", 0)):
+        raise InvalidValue("replay_ratio", ratio, "K must be a number above 0 (default 2)")
+    for name, least in (("window", 1), ("top", 0)):
         value = options.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-            raise UserError(f"{flag} {value}: give a whole number of at least {least}")
+            raise InvalidValue(name, value, f"give a whole number of at least {least}")
     for dtype, pair in (options.get("tolerances") or {}).items():
         rtol, atol = pair
         if not (math.isfinite(rtol) and math.isfinite(atol)) or rtol < 0 or atol < 0 or rtol + atol == 0:
-            raise UserError(f"--tol {dtype}={rtol},{atol}: RTOL and ATOL must be finite, not negative, and not both 0")
+            raise InvalidValue("tolerances", f"{dtype}={rtol},{atol}", "RTOL and ATOL must be finite, not negative, and not both 0")
