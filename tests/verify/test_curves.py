@@ -221,3 +221,19 @@ def test_bad_numeric_options_are_one_line_exit_2(cli, tmp_path, args, message):
     result = cli("curves", ref, ref, *args)
     assert result.code == 2 and len(result.err.strip().splitlines()) == 1
     assert message in result.err, result.err
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"smooth": 1.0}, "smooth=1.0: the EMA weight"),
+        ({"max_outside": 1.5}, "max_outside=1.5: give the share"),
+        ({"tolerance": 0.0}, "tolerance=0.0: the allowed relative gap"),
+        ({"tolerances": {"loss": float("nan")}}, "tolerances=loss=nan: the allowed relative gap"),
+    ],
+)
+def test_bad_numeric_options_in_code_name_the_parameter_not_a_flag(tmp_path, options, message):
+    ref = write_csv(tmp_path / "ref.csv")
+    with pytest.raises(UserError) as caught:
+        compare_curves(ref, [ref], **options)
+    assert str(caught.value).startswith(message) and "--" not in str(caught.value)

@@ -55,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
+# Library parameters whose flag has another dest (errors.InvalidValue names the parameter; the CLI words the flag).
+DEST_OF = {"tolerances": "tolerance"}
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "curves",

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelport.errors import UserError
+from accelport.errors import InvalidValue, UserError
 from accelport.fileio import read_input
 from accelport.verify.numerics import tfevents
 
@@ -345,13 +345,13 @@ def compare_curves(
     if not tests:
         raise UserError("accelport curves: give at least one TEST run after REF")
     if not 0 <= smooth < 1:
-        raise UserError(f"--smooth {smooth}: the EMA weight must be in [0, 1)")
+        raise InvalidValue("smooth", smooth, "the EMA weight must be in [0, 1)")
     if not 0 <= max_outside <= 1:
-        raise UserError(f"--max-outside {max_outside}: give the share of steps as a fraction in [0, 1]")
+        raise InvalidValue("max_outside", max_outside, "give the share of steps as a fraction in [0, 1]")
     for name, value in [("", tolerance), *(tolerances or {}).items()]:
         if value is not None and not (math.isfinite(value) and value > 0):
-            shown = f"{name}={value}" if name else f"{value}"
-            raise UserError(f"--tolerance {shown}: the allowed relative gap must be a fraction above 0 (0.01 is 1%)")
+            parameter, shown = ("tolerances", f"{name}={value}") if name else ("tolerance", value)
+            raise InvalidValue(parameter, shown, "the allowed relative gap must be a fraction above 0 (0.01 is 1%)")
     base_tol = tolerance if tolerance is not None else float(defaults()["curves"]["relative_gap"])
     ref_run = read_run(ref)
     test_runs = [read_run(t) for t in tests]
