@@ -60,8 +60,10 @@ def _imports(module, path, modules):
                 inner = [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
                 inner += [n for h in getattr(node, "handlers", []) for n in h.body]
                 yield from visit(inner, top)
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.With | ast.For):
-                yield from visit(node.body, False if not isinstance(node, ast.ClassDef | ast.With | ast.For) else top)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                yield from visit(node.body, False)  # runs when called, not at import
+            elif isinstance(node, ast.ClassDef | ast.With | ast.For):
+                yield from visit(node.body, top)  # runs at import when the statement does
 
     return [(t, n, top) for t, n, top in visit(tree.body, True) if t.startswith("accelport")]
 
