@@ -79,6 +79,39 @@ def test_no_step_imports_a_private_name_of_another():
     assert leaks == []
 
 
+# The shared layers below the workflow steps: what a step may build on without reaching into another step.
+SHARED = ("accelport.source", "accelport.knowledge")
+BASE = {"accelport", "accelport.errors", "accelport.findings", "accelport.fileio", "accelport.textsafe", "accelport.native"}
+
+
+def test_the_source_layer_builds_on_no_workflow_step():
+    """Inventory, migrate and run all read code through accelport.source; it must not import any of them back."""
+    modules = _modules()
+    upward = []
+    for module, path in modules.items():
+        if not module.startswith("accelport.source"):
+            continue
+        for target, name, _ in _imports(module, path, modules):
+            if target not in BASE and not target.startswith(SHARED):
+                upward.append(f"{module} imports {target}{'.' + name if name else ''}")
+    assert upward == []
+
+
+def test_migrate_and_run_read_files_through_the_source_layer():
+    """The walk, the file read once, the markers and the name lookups come from accelport.source, not from
+    inventory's internals; inventory's own scanning API (scanners, engine, python) stays open to migrate."""
+    modules = _modules()
+    internal = ("accelport.inventory.python.context", "accelport.inventory.python.chunks", "accelport.inventory.python.markers")
+    reaches = []
+    for module, path in modules.items():
+        if _step(module) not in ("accelport.migrate", "accelport.runtime"):
+            continue
+        for target, name, _ in _imports(module, path, modules):
+            if target.startswith(internal) or (target == "accelport.inventory.base" and name in ("SourceFile", "ScanSkipped")):
+                reaches.append(f"{module} imports {target}{'.' + name if name else ''}")
+    assert reaches == []
+
+
 def test_no_import_cycle_at_module_level():
     modules = _modules()
     edges = collections.defaultdict(set)

@@ -1,7 +1,7 @@
 """`[tool.accelport]` in a project's pyproject.toml: defaults for the options of the commands that report findings.
 
     [tool.accelport]
-    exclude = ["third_party/**"]     # read by the file walk (inventory.discovery)
+    exclude = ["third_party/**"]     # read by the file walk (source.walk)
     select = ["AP1", "AP6101"]       # or "AP1,AP6101"
     ignore = ["AP8"]
     fail-on = "medium"

@@ -162,7 +162,7 @@ class Finding:
     snippet: str = ""
     autofix: bool = False
     # An inline `# accelport: <rule>` marker on its line says the finding is known and left for
-    # manual work (see inventory/python/markers.py).
+    # manual work (see source/markers.py).
     acknowledged: bool = False
 
     def __reduce__(self):

@@ -12,9 +12,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accelport.inventory.discovery import Candidate
 from accelport.inventory.engine import scan_file
 from accelport.inventory.scanners import all_scanners, scanner_for
+from accelport.source.walk import Candidate
 
 TOKENS = [
     "__global__", "__device__", "__host__", "__shared__", "__managed__", "template", "<", ">", "<<<", ">>>", "(", ")",

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from accelport.inventory import scan
-from accelport.inventory.python import chunks
+from accelport.source import chunks
 
 TORCH = Path(torch.__file__).parent
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from accelport.inventory.python.markers import marked_rules
 from accelport.migrate import migrate_source
+from accelport.source.markers import marked_rules
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 GOLDEN_CASES = sorted(p.name.removesuffix(".input.py") for p in GOLDEN.glob("*.input.py"))

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from accelport.errors import UserError
 from accelport.inventory import scan
-from accelport.inventory.python.markers import marked_rules
 from accelport.migrate import Options, migrate, migrate_source, parse_select
 from accelport.migrate.writing import write_files
+from accelport.source.markers import marked_rules
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 INPUTS = sorted(GOLDEN.glob("*.input.py"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 
-from accelport.inventory.python.markers import comment_of, format_marker, marked_rules
+from accelport.source.markers import comment_of, format_marker, marked_rules
 
 
 def test_marker_format_and_recognition():

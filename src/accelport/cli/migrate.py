@@ -39,9 +39,9 @@ GC_PAUSED = True
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelport.inventory.discovery import check_excludes
     from accelport.migrate import Options, migrate
     from accelport.migrate.render import render_diff, render_json, render_markdown, render_summary
+    from accelport.source.walk import check_excludes
 
     check_excludes(args.exclude)
     if args.mode == "write" and args.changes != "-":
@@ -161,7 +161,7 @@ def _stage(path: str, text: str) -> str:
 
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    from accelport.inventory.discovery import TEMP_SUFFIX
+    from accelport.source.walk import TEMP_SUFFIX
 
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=TEMP_SUFFIX, dir=folder)
     try:

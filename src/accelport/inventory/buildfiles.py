@@ -379,7 +379,7 @@ class SetupScriptScanner(FileScanner):
 
     def scan(self, source: SourceFile) -> list[Finding]:
         from accelport.inventory.python import PythonScanner
-        from accelport.inventory.python.markers import MARKER_WORD, acknowledge
+        from accelport.source.markers import MARKER_WORD, acknowledge
 
         python = PythonScanner()
         findings = python.scan(source) if python.wants(source.data) else []

@@ -16,9 +16,9 @@ from accelport import __version__, knowledge
 from accelport.errors import UserError
 from accelport.findings import BackendStatus, Effort, Finding, Report, SkippedFile, sorted_findings
 from accelport.inventory.base import ScanSkipped, SourceFile
-from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover, read_regular
 from accelport.inventory.route import summarise
 from accelport.inventory.scanners import all_scanners, load_scanners
+from accelport.source.walk import DEFAULT_MAX_FILE_SIZE, Candidate, discover, read_regular
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +310,9 @@ def scan(
     knowledge.packages()
     if any("cuda_api" in data for _, data in knowledge._user_data()):
         _load_catalogue()  # site [[cuda_api]] entries, checked even when the tree holds no C/C++
-    found = discover(paths, excludes=excludes, respect_gitignore=respect_gitignore, max_file_size=max_file_size)
+    found = discover(
+        paths, excludes=excludes, respect_gitignore=respect_gitignore, max_file_size=max_file_size, kinds=all_scanners()
+    )
     # Import the scanners this tree needs (and, for C/C++, build files and binaries, the
     # CUDA API catalogue) once, here, so that forked workers inherit them.
     used = {candidate.scanner for candidate in found.files}

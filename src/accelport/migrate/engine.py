@@ -23,18 +23,10 @@ from dataclasses import dataclass
 
 from accelport import knowledge
 from accelport.findings import Finding, SkippedFile
-from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
-from accelport.inventory.discovery import DEFAULT_MAX_FILE_SIZE, Candidate, discover, read_regular
+from accelport.inventory.base import FileScanner
 from accelport.inventory.engine import PARALLEL_MIN_BYTES, gc_paused, scan_file
 from accelport.inventory.engine import work_chunks as guided_chunks
-from accelport.inventory.python import PythonScanner, chunks, code_token_lines, scan_python_text
-from accelport.inventory.python.context import lookup_api
-from accelport.inventory.python.markers import (
-    GENERATED_HEADER,
-    MARKER_WORD,
-    acknowledge,
-    format_marker,
-)
+from accelport.inventory.python import PythonScanner, code_token_lines, scan_python_text
 from accelport.inventory.scanners import all_scanners
 from accelport.migrate import codemods
 from accelport.migrate.codemods.imports import import_edits, unused_import_edits
@@ -61,6 +53,16 @@ from accelport.migrate.model import (
     NotPython,
 )
 from accelport.migrate.source import SourceIndex
+from accelport.source import chunks
+from accelport.source.files import ScanSkipped, SourceFile
+from accelport.source.markers import (
+    GENERATED_HEADER,
+    MARKER_WORD,
+    acknowledge,
+    format_marker,
+)
+from accelport.source.names import lookup_api
+from accelport.source.walk import DEFAULT_MAX_FILE_SIZE, Candidate, discover, read_regular
 
 log = logging.getLogger(__name__)
 _SCANNER = PythonScanner()
@@ -527,7 +529,9 @@ def migrate(
     knowledge.rules()
     marker_texts()
     codemods.load()
-    found = discover(paths, excludes=excludes, respect_gitignore=respect_gitignore, max_file_size=max_file_size)
+    found = discover(
+        paths, excludes=excludes, respect_gitignore=respect_gitignore, max_file_size=max_file_size, kinds=all_scanners()
+    )
     if on_discovered:
         on_discovered(len(found.files))
     jobs = jobs or os.cpu_count() or 1

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from accelport import __version__, knowledge
-from accelport.inventory.python.markers import GENERATED_HEADER
+from accelport.source.markers import GENERATED_HEADER
 
 DEFAULT_MODULE = "_accelport_compat"
 PACKAGE_MODULE = "accelport.compat"

@@ -12,8 +12,8 @@ from contextlib import suppress
 from pathlib import Path
 
 from accelport.errors import UserError
-from accelport.inventory.discovery import TEMP_SUFFIX, inside, read_regular
 from accelport.migrate.model import FileMigration
+from accelport.source.walk import TEMP_SUFFIX, inside, read_regular
 
 log = logging.getLogger(__name__)
 

@@ -441,7 +441,7 @@ def rule_for(api: str) -> str | None:
     """The rule ID behind a redirected API (for the dynamic inventory)."""
     if api in _RULES:
         return _RULES[api]
-    from accelport.inventory.python.context import lookup_api
+    from accelport.source.names import lookup_api
 
     found = lookup_api(api)
     return found[1]["rule"] if found else None

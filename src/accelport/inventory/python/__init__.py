@@ -10,12 +10,11 @@ import warnings
 
 from accelport import knowledge
 from accelport.findings import Finding
-from accelport.inventory import fastfind
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile
-from accelport.inventory.python import chunks
 from accelport.inventory.python.context import PyContext
-from accelport.inventory.python.markers import GENERATED_HEADER, MARKER_WORD, acknowledge
 from accelport.inventory.python.rules import FINALIZERS, REGISTRY, load
+from accelport.source import chunks, fastfind
+from accelport.source.markers import GENERATED_HEADER, MARKER_WORD, acknowledge
 
 load()
 
@@ -275,8 +274,8 @@ def _module_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
 @knowledge.derived_cache
 def _interesting(qualname: str) -> bool:
     """Is this import target a CUDA API, a CUDA-only package, or a call judged by name?"""
-    from accelport.inventory.python.context import lookup_api, lookup_package
     from accelport.inventory.python.rules.calls import RESOLVED_CALLS
+    from accelport.source.names import lookup_api, lookup_package
 
     return qualname in RESOLVED_CALLS or lookup_api(qualname) is not None or lookup_package(qualname) is not None
 

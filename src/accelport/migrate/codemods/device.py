@@ -7,7 +7,6 @@ import re
 
 import libcst as cst
 
-from accelport.inventory.python.context import DEVICE_NAME_RE
 from accelport.migrate.codemods import (
     already_guarded,
     called,
@@ -24,6 +23,7 @@ from accelport.migrate.codemods import (
 from accelport.migrate.context import FileContext
 from accelport.migrate.edits import Edit, code
 from accelport.migrate.source import Site
+from accelport.source.names import DEVICE_NAME_RE
 
 # Calls whose first argument is a device *type* string, not a device.
 _TYPE_FIRST_ARG = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler", "torch.GradScaler"})

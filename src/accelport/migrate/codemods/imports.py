@@ -14,12 +14,12 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from accelport.inventory.python.context import lookup_api
 from accelport.migrate.codemods import fail, parse, stmt_edit
 from accelport.migrate.codemods.amp import AMP_MODULE, PORTABLE_NAMES
 from accelport.migrate.context import FileContext
 from accelport.migrate.edits import Edit
 from accelport.migrate.source import Site, SourceIndex, iter_statements
+from accelport.source.names import lookup_api
 
 
 def _moved_names(statement: ast.Import | ast.ImportFrom) -> tuple[str, set[str]] | None:

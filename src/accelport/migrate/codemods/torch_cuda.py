@@ -14,7 +14,6 @@ import re
 
 import libcst as cst
 
-from accelport.inventory.python.context import lookup_api
 from accelport.migrate.codemods import (
     already_guarded,
     called,
@@ -33,6 +32,7 @@ from accelport.migrate.codemods import (
 from accelport.migrate.context import COMPAT_MODULE, FileContext
 from accelport.migrate.edits import Edit, code
 from accelport.migrate.source import Site
+from accelport.source.names import lookup_api
 
 # Calls that need the device as their first argument once they leave torch.cuda.
 _STREAM = "torch.cuda.Stream"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 import re
 
-from accelport.inventory.python.context import DEVICE_RE, PyContext, is_device_string
+from accelport.inventory.python.context import PyContext
 from accelport.inventory.python.rules import on
+from accelport.source.names import DEVICE_RE, is_device_string
 
 # Keyword arguments that take a device (torch factories, Module.to, torch.load, DataLoader, DDP).
 DEVICE_KEYWORDS = frozenset({"device", "map_location", "device_type", "pin_memory_device", "output_device"})

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ast
 
-from accelport.inventory.python.context import PyContext, is_device_string
+from accelport.inventory.python.context import PyContext
 from accelport.inventory.python.rules import on
+from accelport.source.names import is_device_string
 
 _CUDA_AVAILABLE = frozenset({"torch.cuda.is_available"})
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import ast
 
-from accelport.inventory.python.context import BACKEND_NAME_RE, DEVICE_NAME_RE, PyContext
+from accelport.inventory.python.context import PyContext
 from accelport.inventory.python.rules import on
 from accelport.inventory.python.rules.calls import check_device_value
+from accelport.source.names import BACKEND_NAME_RE, DEVICE_NAME_RE
 
 
 def _target_name(target: ast.AST) -> str | None:

@@ -6,13 +6,9 @@ import ast
 import os
 import re
 
-from accelport.inventory.python.context import (
-    PyContext,
-    lookup_api,
-    lookup_package,
-    package_statuses,
-)
+from accelport.inventory.python.context import PyContext, package_statuses
 from accelport.inventory.python.rules import on
+from accelport.source.names import lookup_api, lookup_package
 
 
 def report_package(ctx: PyContext, node: ast.AST, module: str, entry: dict, via: str | None = None, effort: str | None = None) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 import re
 
-from accelport.inventory.python.context import DEVICE_RE, PyContext
+from accelport.inventory.python.context import PyContext
 from accelport.inventory.python.rules import after_walk, on
+from accelport.source.names import DEVICE_RE
 
 ENV_RE = re.compile(
     r"(?:CUDA|NCCL|CUDNN|CUBLAS|CUBLASLT|CUFFT|NVIDIA|NVTE|PYTORCH_CUDA|TORCH_CUDA|TORCH_NCCL|TORCH_CUDNN)_[A-Z0-9_]+"

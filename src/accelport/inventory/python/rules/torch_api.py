@@ -5,9 +5,10 @@ from __future__ import annotations
 import ast
 import re
 
-from accelport.inventory.python.context import PyContext, lookup_api, lookup_package
+from accelport.inventory.python.context import PyContext
 from accelport.inventory.python.rules import on
 from accelport.inventory.python.rules.imports import report_package
+from accelport.source.names import lookup_api, lookup_package
 
 
 def _is_outermost(ctx: PyContext, node: ast.AST) -> bool:

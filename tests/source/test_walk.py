@@ -124,7 +124,7 @@ def test_parallel_scan_equals_serial(tmp_path):
 def test_a_file_is_read_whole_whatever_size_discovery_saw(tmp_path, listed):
     # The scanner reads in one call sized from discovery's stat; a file that grew or
     # shrank since must still be read to its end.
-    from accelport.inventory.discovery import read_regular
+    from accelport.source.walk import read_regular
 
     path = tmp_path / "grown.py"
     data = b"x = 1\n" * 50_000
@@ -133,8 +133,8 @@ def test_a_file_is_read_whole_whatever_size_discovery_saw(tmp_path, listed):
 
 
 def test_chunks_keep_every_file_in_order_and_shrink_towards_the_end():
-    from accelport.inventory.discovery import Candidate
     from accelport.inventory.engine import work_chunks
+    from accelport.source.walk import Candidate
 
     files = [Candidate(f"f{i}.py", f"f{i}.py", 0, 1000 + (i % 7) * 300) for i in range(2000)]
     chunks = work_chunks(files, 2)

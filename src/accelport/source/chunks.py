@@ -15,7 +15,7 @@ import bisect
 import re
 from collections.abc import Iterator
 
-from accelport.inventory import fastfind
+from accelport.source import fastfind
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _CONTINUATION = frozenset((b"else", b"elif", b"except", b"finally"))
@@ -49,7 +49,7 @@ def _triple_quotes(data: bytes) -> list[int]:
 def string_edges(data: bytes) -> list[int] | None:
     """Byte offsets where triple-quoted strings open and close, alternating; None when unsure.
 
-    The compiled helper (inventory/fastfind.py) when there is one, else `string_edges_python`.
+    The compiled helper (source/fastfind.py) when there is one, else `string_edges_python`.
     """
     helper = fastfind.native()
     if helper is not None:

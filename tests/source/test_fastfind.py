@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import accelport.native
-from accelport.inventory import fastfind, scan
+from accelport.inventory import scan
 from accelport.inventory.python import _NEEDLES, code_token_lines, wants
+from accelport.source import fastfind
 
 HAVE_CC = accelport.native.compiler() is not None
 

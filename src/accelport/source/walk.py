@@ -16,11 +16,10 @@ import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from accelport.errors import UserError
 from accelport.findings import SkippedFile
-from accelport.inventory.scanners import all_scanners, scanner_for
 
 if TYPE_CHECKING:
     import pathspec
@@ -53,12 +52,29 @@ SKIP_DIRS = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
+class FileKind(Protocol):
+    """A kind of file the caller reads (inventory passes its scanners): which names it claims."""
+
+    suffixes: tuple[str, ...]
+
+    def claims(self, filename: str) -> bool: ...
+
+
+def _kind_of(kinds: Sequence[FileKind], filename: str) -> int | None:
+    """Index of the first kind that claims `filename` (first claim wins), or None."""
+    for i, kind in enumerate(kinds):
+        if kind.claims(filename):
+            return i
+    return None
+
+
+@dataclass
 class Candidate:
     """A file some scanner claims: where it is on disk, how reports name it, and its size."""
 
     path: str
     display: str
-    scanner: int  # index into all_scanners()
+    scanner: int  # index into the kinds passed to discover (inventory: all_scanners())
     size: int
     outside: str | None = None  # where a symbolic link on the way leads, when that is outside the tree
 
@@ -198,11 +214,10 @@ def discover(
     excludes: Iterable[str] = (),
     respect_gitignore: bool = True,
     max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    kinds: Sequence[FileKind],
 ) -> Discovery:
-    """Every file under `roots` that a scanner claims, minus ignored ones; unreadable folders are skipped."""
+    """Every file under `roots` that one of `kinds` claims, minus ignored ones; unreadable folders are skipped."""
     result = Discovery(files=[], skipped=[])
-    scanners = all_scanners()
-    index = {id(s): i for i, s in enumerate(scanners)}
     seen_files: dict[tuple[int, int], int | None] = {}  # -> index in files, None when not listed
     for root_arg in roots:
         root = Path(root_arg)
@@ -215,17 +230,17 @@ def discover(
             kind = _KINDS.get(stat.S_IFMT(mode), "a special file")
             raise UserError(f"{root_arg}: is {kind}, not a source file or folder; pass a folder or a source file")
         if root.is_file():
-            scanner = scanner_for(root.name)
+            scanner = _kind_of(kinds, root.name)
             if scanner is None:
                 raise UserError(
                     f"{root_arg}: not a kind of file accelport scans; pass a folder or a source file "
-                    f"({', '.join(sorted({s for sc in scanners for s in sc.suffixes}))})"
+                    f"({', '.join(sorted({s for kind in kinds for s in kind.suffixes}))})"
                 )
             size = root.stat().st_size
             if size > max_file_size:
                 result.skipped.append(SkippedFile(root_arg, _too_large(size, max_file_size)))
                 continue
-            result.files.append(Candidate(str(root), root_arg, index[id(scanner)], size))
+            result.files.append(Candidate(str(root), root_arg, scanner, size))
             continue
         if not os.access(root, os.R_OK | os.X_OK):
             raise UserError(f"{root_arg}: folder cannot be read (permission denied)")
@@ -234,7 +249,7 @@ def discover(
         check_excludes(project, f"{root / 'pyproject.toml'}: [tool.accelport] exclude")
         patterns = list(excludes) + project
         exclude_spec = _gitignore_spec(patterns) if patterns else None
-        _walk(root_arg, str(root), result, exclude_spec, respect_gitignore, max_file_size, index, seen_files)
+        _walk(root_arg, str(root), result, exclude_spec, respect_gitignore, max_file_size, kinds, seen_files)
     return result
 
 
@@ -249,7 +264,7 @@ def _walk(
     exclude_spec: pathspec.PathSpec | None,
     respect_gitignore: bool,
     max_file_size: int,
-    index: dict[int, int],
+    kinds: Sequence[FileKind],
     seen_files: dict[tuple[int, int], int | None],
 ) -> None:
     visited_dirs: set[tuple[int, int]] = set()
@@ -293,7 +308,7 @@ def _walk(
                     continue
                 subdirs.append((entry.path, rel, ignores, linked or entry.is_symlink()))
                 continue
-            scanner = scanner_for(entry.name)
+            scanner = _kind_of(kinds, entry.name)
             if scanner is None:
                 if entry.name.endswith(TEMP_SUFFIX) and _STALE_TEMP.fullmatch(entry.name):
                     result.stale_temp.append(entry.path)
@@ -323,14 +338,14 @@ def _walk(
                 # The same file reached again through a symlink: keep the way that stays inside a tree.
                 earlier = seen_files[key]
                 if earlier is not None and outside is None and result.files[earlier].outside is not None:
-                    result.files[earlier] = Candidate(entry.path, display, index[id(scanner)], fst.st_size)
+                    result.files[earlier] = Candidate(entry.path, display, scanner, fst.st_size)
                 continue
             seen_files[key] = None
             if fst.st_size > max_file_size:
                 result.skipped.append(SkippedFile(display, _too_large(fst.st_size, max_file_size)))
                 continue
             seen_files[key] = len(result.files)
-            result.files.append(Candidate(entry.path, display, index[id(scanner)], fst.st_size, outside))
+            result.files.append(Candidate(entry.path, display, scanner, fst.st_size, outside))
         # Reverse so the stack pops folders in name order.
         stack.extend(reversed(subdirs))
 
