@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport import native
+from accelport.verify.numerics import dump_ops
 from accelport.verify.numerics import native as stats_native
 
 log = logging.getLogger(__name__)
@@ -58,23 +59,21 @@ def _load() -> Any:
 def _config(kernels: stats_native.Kernels) -> dict[str, Any]:
     import torch
 
-    from accelport.verify.numerics import dump
-
     config: dict[str, Any] = {
         "tensor": torch.Tensor,
-        "entry": dump._Entry,
-        "not_run": dump._NOT_RUN,
+        "entry": dump_ops._Entry,
+        "not_run": dump_ops._NOT_RUN,
         "strided": torch.strided,
-        "dtype_names": dump._DTYPE_NAMES,
+        "dtype_names": dump_ops._DTYPE_NAMES,
         "graph_task_id": torch._C._current_graph_task_id,
         "autograd_node": torch._C._current_autograd_node,
         "grad_enabled": torch._C.is_grad_enabled,
         "num_threads": torch.get_num_threads,
         "getcwd": os.getcwd,
-        "op_info": dump._op_info,
-        "dtype_name": dump._dtype_name,
-        "json_stats": dump._json_stats,
-        "arg_json": dump._arg_json_at,
+        "op_info": dump_ops._op_info,
+        "dtype_name": dump_ops._dtype_name,
+        "json_stats": dump_ops._json_stats,
+        "arg_json": dump_ops._arg_json_at,
         "float32": torch.float32,
         "float64": torch.float64,
         "bfloat16": torch.bfloat16,
