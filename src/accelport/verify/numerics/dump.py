@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from accelport.errors import UserError
+from accelport.errors import InvalidValue
 from accelport.verify.numerics import dumpfile
 from accelport.verify.numerics.dump_hooks import CaptureHooks, _no_sequence_nr
 from accelport.verify.numerics.dump_ops import (
@@ -89,7 +89,7 @@ def parse_steps(steps: str | tuple[int, int] | range | None) -> tuple[int, int |
             return int(low or 0), int(high) if high else None
         return int(text), int(text)
     except ValueError:
-        raise UserError(f"--steps {text}: not a step range; write N, N..M or N..") from None
+        raise InvalidValue("steps", text, "not a step range; write N, N..M or N..") from None
 
 
 class Capture(CaptureHooks, CaptureWriter):
@@ -122,14 +122,14 @@ class Capture(CaptureHooks, CaptureWriter):
         self.op_filters = tuple(ops)
         self.tensor_module_filters = tuple(tensor_modules)
         self.tensor_op_filters = tuple(tensor_ops)
-        self.phases = frozenset(phases)
-        unknown = self.phases - set(PHASES)
+        given = tuple(phases)
+        self.phases = frozenset(given)
+        unknown = [phase for phase in given if phase not in PHASES]
         if unknown:
-            raise UserError(
-                f"--phases: unknown phase {sorted(unknown)[0]!r}; choose from {', '.join(PHASES)}"
-            )
+            listed = ",".join(map(str, given))
+            raise InvalidValue("phases", listed, f"unknown phase {unknown[0]!r}; choose from {', '.join(PHASES)}")
         if step_on not in ("optimizer", "forward", "manual"):
-            raise UserError(f"--step-on {step_on}: choose optimizer, forward or manual")
+            raise InvalidValue("step_on", step_on, "choose optimizer, forward or manual")
         self.checksums = checksums
         self.param_checksums = param_checksums
         self.step_on = step_on
