@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from accelport.errors import UserError
+from accelport.errors import InvalidValue, UserError
 from accelport.verify import capture
 from accelport.verify.numerics import dumpfile
 
@@ -80,7 +80,8 @@ def test_wrapper_usage_errors(cli, tmp_path):
     (tmp_path / "full" / "x").write_text("")
     busy = cli("dump", "--output-dir", tmp_path / "full", "--", "python", "-c", "pass")
     assert busy.code == 2 and "not empty" in busy.err
-    assert cli("dump", "--output-dir", tmp_path / "d2", "--steps", "a..b", "--", "python").code == 2
+    steps = cli("dump", "--output-dir", tmp_path / "d2", "--steps", "a..b", "--", "python")
+    assert steps.code == 2 and "--steps a..b: not a step range; write N, N..M or N.." in steps.err
     assert cli("dump", "--output-dir", tmp_path / "d3", "--filter", "layer:x", "--", "python").code == 2
 
 
@@ -99,3 +100,20 @@ def test_an_output_folder_that_cannot_be_made_is_one_line_exit_2(cli, tmp_path):
         import torch
 
         torch.ones(2) + 1
+
+
+def test_bad_options_in_code_name_the_parameter_and_on_the_command_line_the_flag(cli, tmp_path):
+    """The library speaks of its parameters (InvalidValue); only the CLI words them as flags."""
+    cases = [
+        ({"steps": "a..b"}, "steps", "steps=a..b: not a step range; write N, N..M or N.."),
+        ({"phases": ["forward", "sideways"]}, "phases",
+         "phases=forward,sideways: unknown phase 'sideways'; choose from forward, backward, optimizer, other"),
+        ({"step_on": "epoch"}, "step_on", "step_on=epoch: choose optimizer, forward or manual"),
+    ]  # fmt: skip
+    for options, parameter, message in cases:
+        with pytest.raises(InvalidValue) as raised:
+            capture(tmp_path / parameter, **options)
+        assert raised.value.parameter == parameter and str(raised.value) == message
+        assert not (tmp_path / parameter).exists()
+    bad = cli("dump", "--output-dir", tmp_path / "cli", "--steps", "3..x", "--", "python", "-c", "pass")
+    assert bad.code == 2 and bad.err.strip() == "accelport: error: --steps 3..x: not a step range; write N, N..M or N.."

@@ -232,3 +232,41 @@ def test_device_statistics_take_the_same_way_through_the_compiled_path(tmp_path)
     compiled, python = manifest(folders[True]), manifest(folders[False])
     assert all(isinstance(d["stats"], list) for r in compiled if r["k"] == "op" for d in r["out"] if d["stats"])
     assert_same(compiled, python)
+
+
+def test_a_field_table_of_another_version_or_length_is_refused(tmp_path, monkeypatch, caplog):
+    """setup() takes only the table its enums were written for, and changes nothing when it
+    refuses one; a load whose table is refused leaves the capture on the Python path."""
+    import logging
+
+    from accelport.verify.numerics import native as stats_native
+    from accelport.verify.numerics import recorder_fields
+
+    module = recorder.load()
+    config = recorder._config(stats_native.kernels())
+    version, attributes, methods, entries = config["fields"]
+    for fields in (
+        (version + 1, attributes, methods, entries),
+        (version, attributes[:-1], methods, entries),
+        (version, attributes, (*methods, "_extra"), entries),
+        (version, attributes, methods, entries[1:]),
+    ):
+        with pytest.raises(ValueError, match="field table"):
+            module.setup({**config, "fields": fields})
+    compiled, python = both(tmp_path / "after", tinylm_steps, tinylm_and_optimizer)  # still set up as before
+    assert_same(compiled, python)
+
+    monkeypatch.setattr(recorder_fields, "FIELDS_VERSION", version + 1)
+    recorder.reset()
+    try:
+        with caplog.at_level(logging.INFO, logger=recorder.__name__):
+            assert recorder.load() is None
+        assert f"field table version {version + 1}" in caplog.text
+        with capture(tmp_path / "refused") as cap:
+            assert cap.recorder == "python"
+            torch.ones(3).exp()
+        assert dumpfile.read_header(tmp_path / "refused")["recorder"] == "python"
+    finally:
+        monkeypatch.undo()
+        recorder.reset()
+    assert recorder.load() is not None

@@ -37,7 +37,7 @@ def _filters(values: list[str], flag: str) -> tuple[list[str], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    command = list(args.command)
+    command = list(args.program)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
@@ -189,8 +189,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no summary line after the command"
     )
+    # Not dest "command": that is the subcommand's name, which the CLI needs to word a library
+    # error (errors.InvalidValue) as this command's flag.
     parser.add_argument(
-        "command",
+        "program",
+        metavar="command",
         nargs=argparse.REMAINDER,
         help="-- then the command to run, e.g. -- python train.py --steps 2",
     )

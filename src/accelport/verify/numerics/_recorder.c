@@ -10,13 +10,19 @@
  * the Python path uses); anything off the common path (a cache miss, an alias, an expand, an
  * uninitialised output, a strided or non-float tensor, device statistics) is handed to the
  * Python method that does it, so each rule exists once.
+ *
+ * The names of those attributes and methods are not written here: setup() receives them as a
+ * versioned table (recorder_fields.py) indexed by the enums of _recorder_fields.h. How one op's
+ * tensors, arguments and source line are described is in _recorder_describe.c, included below.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
 
-#define VERSION 1
+#define VERSION 2
+
+#include "_recorder_fields.h"
 
 typedef void (*sweep_fn)(const void *, int64_t, double *);
 typedef int (*sweep_par_fn)(const void *, int64_t, double *, int);
@@ -32,16 +38,15 @@ static sweep_par_fn SweepPar[3];
 static int64_t ParallelMin;
 static int OpenMP;
 
-/* Interned names. */
-static PyObject *s_busy, *s_live, *s_in_optimizer, *s_forward_stack, *s_phases, *s_op_info,
-    *s_filtered, *s_views, *s_cache, *s_cache_limit, *s_node_modules, *s_seq, *s_current_step,
-    *s_calls, *s_call_sites, *s_records, *s_waiting, *s_flush_every, *s_opened, *s_frame_cache,
-    *s_lines, *s_lines_cwd, *s_version, *s_is_cpu, *s_dtype, *s_layout, *s_shape, *s_numel,
-    *s_is_contiguous, *s_data_ptr, *s_sequence_nr, *s_stats, *s_src, *s_data, *s_desc,
-    *s_uninitialised, *m_api_call, *m_open, *m_entry, *m_backward_module, *m_wanted, *m_pass_view,
-    *m_flush, *m_prune, *m_library_code, *m_line_text, *m_desc_of, *m_compute_out;
+/* Names from the field table setup() receives (recorder_fields.py), by the enums of
+ * _recorder_fields.h; NULL until the first setup() that accepts a table. */
+static PyObject *Attr[A_COUNT], *Method[M_COUNT], *Slot[E_COUNT];
+/* Interned names: torch's tensor and autograd-node API, and the record's keys. */
+static PyObject *s_version, *s_is_cpu, *s_dtype, *s_layout, *s_shape, *s_numel, *s_is_contiguous,
+    *s_data_ptr, *s_sequence_nr;
 static PyObject *k_k, *k_seq, *k_step, *k_phase, *k_op, *k_module, *k_call, *k_line, *k_args,
-    *k_in, *k_out, *k_node, *k_t, *k_a, *k_kw, *k_float,
+    *k_in, *k_out, *k_node, *k_t, *k_a, *k_kw, *k_float, *k_dtype, *k_shape, *k_stats, *k_src,
+    *k_uninitialised,
     *v_op, *v_backward, *v_forward, *v_optimizer, *v_other, *v_empty;
 
 /* -- small helpers ------------------------------------------------------------------------- */
@@ -56,84 +61,6 @@ static int truthy(PyObject *obj, PyObject *name) {
 
 static PyObject *call0(PyObject *obj, PyObject *name) {
     return PyObject_CallMethodNoArgs(obj, name);
-}
-
-static int is_tensor(PyObject *v) {
-    if (Py_TYPE(v) == (PyTypeObject *)TensorType) return 1;
-    return PyObject_IsInstance(v, TensorType);
-}
-
-/* Tensors among the arguments (one level into lists and tuples), as dump._tensors_in. */
-static PyObject *tensors_in(PyObject *args, PyObject *kwargs) {
-    PyObject *found = PyList_New(0);
-    if (found == NULL) return NULL;
-    for (int part = 0; part < 2; part++) {
-        PyObject *values;
-        if (part == 0) {
-            values = args; Py_INCREF(values);
-        } else {
-            if (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0) break;
-            values = PyDict_Values(kwargs);
-            if (values == NULL) goto fail;
-        }
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(values);
-        PyObject **items = PySequence_Fast_ITEMS(values);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *v = items[i];
-            int t = is_tensor(v);
-            if (t < 0) { Py_DECREF(values); goto fail; }
-            if (t) {
-                if (PyList_Append(found, v) < 0) { Py_DECREF(values); goto fail; }
-            } else if (PyList_Check(v) || PyTuple_Check(v)) {
-                Py_ssize_t m = PySequence_Fast_GET_SIZE(v);
-                PyObject **inner = PySequence_Fast_ITEMS(v);
-                for (Py_ssize_t j = 0; j < m; j++) {
-                    int u = is_tensor(inner[j]);
-                    if (u < 0 || (u && PyList_Append(found, inner[j]) < 0)) { Py_DECREF(values); goto fail; }
-                }
-            }
-        }
-        Py_DECREF(values);
-    }
-    return found;
-fail:
-    Py_DECREF(found);
-    return NULL;
-}
-
-/* Tensors in an op's result, as dump._tensors_out. */
-static PyObject *tensors_out(PyObject *result) {
-    PyObject *found = PyList_New(0);
-    if (found == NULL) return NULL;
-    int t = is_tensor(result);
-    if (t < 0) goto fail;
-    if (t) {
-        if (PyList_Append(found, result) < 0) goto fail;
-        return found;
-    }
-    if (PyList_Check(result) || PyTuple_Check(result)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(result);
-        PyObject **items = PySequence_Fast_ITEMS(result);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *v = items[i];
-            int u = is_tensor(v);
-            if (u < 0) goto fail;
-            if (u) {
-                if (PyList_Append(found, v) < 0) goto fail;
-            } else if (PyList_Check(v) || PyTuple_Check(v)) {
-                Py_ssize_t m = PySequence_Fast_GET_SIZE(v);
-                PyObject **inner = PySequence_Fast_ITEMS(v);
-                for (Py_ssize_t j = 0; j < m; j++) {
-                    int w = is_tensor(inner[j]);
-                    if (w < 0 || (w && PyList_Append(found, inner[j]) < 0)) goto fail;
-                }
-            }
-        }
-    }
-    return found;
-fail:
-    Py_DECREF(found);
-    return NULL;
 }
 
 /* The object a weak reference points to (borrowed; Py_None once it is gone). */
@@ -189,12 +116,12 @@ static int remember(PyObject *cap, PyObject *cache, PyObject *t, PyObject *versi
     Py_DECREF(key);
     Py_DECREF(item);
     if (r < 0) return -1;
-    PyObject *limit = PyObject_GetAttr(cap, s_cache_limit);
+    PyObject *limit = PyObject_GetAttr(cap, Attr[A_CACHE_LIMIT]);
     if (limit == NULL) return -1;
     Py_ssize_t over = PyDict_GET_SIZE(cache) > PyLong_AsSsize_t(limit);
     Py_DECREF(limit);
     if (over) {
-        PyObject *r2 = call0(cap, m_prune);
+        PyObject *r2 = call0(cap, Method[M_PRUNE]);
         if (r2 == NULL) return -1;
         Py_DECREF(r2);
     }
@@ -208,10 +135,10 @@ static PyObject *new_entry(PyObject *dtype, PyObject *shape, PyObject *stats, Py
     PyObject *entry = ((PyTypeObject *)EntryType)->tp_new((PyTypeObject *)EntryType, empty, NULL);
     Py_DECREF(empty);
     if (entry == NULL) return NULL;
-    if (PyObject_SetAttr(entry, s_uninitialised, Py_False) < 0 ||
-        PyObject_SetAttr(entry, s_dtype, dtype) < 0 || PyObject_SetAttr(entry, s_shape, shape) < 0 ||
-        PyObject_SetAttr(entry, s_stats, stats) < 0 || PyObject_SetAttr(entry, s_src, src) < 0 ||
-        PyObject_SetAttr(entry, s_data, Py_None) < 0 || PyObject_SetAttr(entry, s_desc, Py_None) < 0) {
+    if (PyObject_SetAttr(entry, Slot[E_UNINITIALISED], Py_False) < 0 ||
+        PyObject_SetAttr(entry, Slot[E_DTYPE], dtype) < 0 || PyObject_SetAttr(entry, Slot[E_SHAPE], shape) < 0 ||
+        PyObject_SetAttr(entry, Slot[E_STATS], stats) < 0 || PyObject_SetAttr(entry, Slot[E_SRC], src) < 0 ||
+        PyObject_SetAttr(entry, Slot[E_DATA], Py_None) < 0 || PyObject_SetAttr(entry, Slot[E_DESC], Py_None) < 0) {
         Py_DECREF(entry);
         return NULL;
     }
@@ -225,301 +152,7 @@ static PyObject *dtype_name(PyObject *dtype) {
     return PyObject_CallOneArg(DtypeNameFn, dtype);
 }
 
-/* Is t.<name> (called when `call`) the object `want`? 1, 0, or -1 on error. */
-static int is_value(PyObject *t, PyObject *name, int call, PyObject *want) {
-    PyObject *v = call ? call0(t, name) : PyObject_GetAttr(t, name);
-    if (v == NULL) return -1;
-    int same = v == want;
-    Py_DECREF(v);
-    return same;
-}
-
-/* Statistics of a contiguous float32/float64/bfloat16 CPU tensor by the kernel, as
- * _Stats.compute's first path does (same kernel, same _finish arithmetic); Py_None (a new
- * reference) when the tensor is not one of those: the caller asks Python. */
-static PyObject *kernel_stats(PyObject *t) {
-    int kind = -1;
-    int on_cpu = is_value(t, s_is_cpu, 0, Py_True);
-    if (on_cpu <= 0 || Sweep[0] == NULL) return on_cpu < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *dtype = PyObject_GetAttr(t, s_dtype);
-    if (dtype == NULL) return NULL;
-    for (int i = 0; i < 3; i++)
-        if (dtype == Dtypes[i]) kind = i;
-    Py_DECREF(dtype);
-    if (kind < 0) Py_RETURN_NONE;
-    int strided = is_value(t, s_layout, 0, Strided);
-    if (strided <= 0) return strided < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *numel = call0(t, s_numel);
-    if (numel == NULL) return NULL;
-    long long n = PyLong_AsLongLong(numel);
-    Py_DECREF(numel);
-    if (n == -1 && PyErr_Occurred()) return NULL;
-    if (n <= 0) Py_RETURN_NONE;
-    int dense = is_value(t, s_is_contiguous, 1, Py_True);
-    if (dense <= 0) return dense < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *ptr = call0(t, s_data_ptr);
-    if (ptr == NULL) return NULL;
-    void *data = PyLong_AsVoidPtr(ptr);
-    Py_DECREF(ptr);
-    if (data == NULL && PyErr_Occurred()) return NULL;
-    double o[9] = {INFINITY, -INFINITY, 0, 0, 0, 0, 0, 0, 0};
-    int done = 0;
-    if (n >= ParallelMin && OpenMP && SweepPar[kind] != NULL) {
-        PyObject *threads = PyObject_CallNoArgs(GetNumThreads);
-        if (threads == NULL) return NULL;
-        long k = PyLong_AsLong(threads);
-        Py_DECREF(threads);
-        if (k == -1 && PyErr_Occurred()) return NULL;
-        if (k > 1) {
-            Py_BEGIN_ALLOW_THREADS
-            SweepPar[kind](data, (int64_t)n, o, (int)k);
-            Py_END_ALLOW_THREADS
-            done = 1;
-        }
-    }
-    if (!done) {
-        Py_BEGIN_ALLOW_THREADS
-        Sweep[kind](data, (int64_t)n, o);
-        Py_END_ALLOW_THREADS
-    }
-    /* dump._finish */
-    double out[8];
-    if (o[8] == 0) {
-        out[0] = out[1] = out[2] = out[3] = out[4] = NAN;
-        out[5] = o[5]; out[6] = o[6]; out[7] = 0.0;
-    } else {
-        out[0] = o[0]; out[1] = o[1]; out[2] = o[2] / o[8]; out[3] = sqrt(o[3]);
-        out[4] = o[4] / o[8]; out[5] = o[5]; out[6] = o[6]; out[7] = o[7];
-    }
-    PyObject *list = PyList_New(8);
-    if (list == NULL) return NULL;
-    for (int i = 0; i < 8; i++) {
-        PyObject *f = PyFloat_FromDouble(out[i]);
-        if (f == NULL) { Py_DECREF(list); return NULL; }
-        PyList_SET_ITEM(list, i, f);
-    }
-    return list;
-}
-
-/* entry.desc, built the way Capture._new_desc/_desc_of build it when missing (a new reference). */
-static PyObject *desc_of(PyObject *cap, PyObject *entry) {
-    PyObject *desc = PyObject_GetAttr(entry, s_desc);
-    if (desc == NULL || desc != Py_None) return desc;
-    Py_DECREF(desc);
-    PyObject *stats = PyObject_GetAttr(entry, s_stats);
-    PyObject *data = stats ? PyObject_GetAttr(entry, s_data) : NULL;
-    if (data == NULL) { Py_XDECREF(stats); return NULL; }
-    int plain = PyList_CheckExact(stats) && data == Py_None;
-    Py_DECREF(data);
-    if (!plain) {  /* device statistics (an index), none, or saved data: Python's way */
-        Py_DECREF(stats);
-        return PyObject_CallMethodOneArg(cap, m_desc_of, entry);
-    }
-    /* _json_stats: the list itself when its sum is finite. */
-    double sum = 0.0;
-    Py_ssize_t n = PyList_GET_SIZE(stats);
-    int numbers = 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = PyList_GET_ITEM(stats, i);
-        if (!PyFloat_CheckExact(v)) { numbers = 0; break; }
-        sum += PyFloat_AS_DOUBLE(v);
-    }
-    PyObject *json;
-    if (numbers && isfinite(sum)) {
-        json = stats;  /* the reference taken above */
-    } else {
-        json = PyObject_CallOneArg(JsonStatsFn, stats);
-        Py_DECREF(stats);
-        if (json == NULL) return NULL;
-    }
-    PyObject *dtype = PyObject_GetAttr(entry, s_dtype);
-    PyObject *shape = dtype ? PyObject_GetAttr(entry, s_shape) : NULL;
-    PyObject *src = shape ? PyObject_GetAttr(entry, s_src) : NULL;
-    PyObject *uninit = src ? PyObject_GetAttr(entry, s_uninitialised) : NULL;
-    desc = uninit ? PyDict_New() : NULL;
-    int bad = desc == NULL || PyDict_SetItem(desc, s_dtype, dtype) < 0 ||
-              PyDict_SetItem(desc, s_shape, shape) < 0 || PyDict_SetItem(desc, s_stats, json) < 0 ||
-              (src != Py_None && PyDict_SetItem(desc, s_src, src) < 0) ||
-              (PyObject_IsTrue(uninit) == 1 && PyDict_SetItem(desc, s_uninitialised, Py_True) < 0) ||
-              PyObject_SetAttr(entry, s_desc, desc) < 0;
-    Py_XDECREF(dtype); Py_XDECREF(shape); Py_XDECREF(src); Py_XDECREF(uninit); Py_DECREF(json);
-    if (bad) { Py_XDECREF(desc); return NULL; }
-    return desc;
-}
-
-/* -- arguments: dump._describe_args -------------------------------------------------------- */
-
-static int plain_arg(PyObject *v) {
-    return v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyUnicode_CheckExact(v);
-}
-
-static PyObject *arg_json(PyObject *v, Py_ssize_t *counter);
-
-static PyObject *tensor_ref(Py_ssize_t *counter) {
-    PyObject *index = PyLong_FromSsize_t((*counter)++);
-    if (index == NULL) return NULL;
-    PyObject *d = PyDict_New();
-    if (d == NULL || PyDict_SetItem(d, k_t, index) < 0) { Py_XDECREF(d); Py_DECREF(index); return NULL; }
-    Py_DECREF(index);
-    return d;
-}
-
-static PyObject *one_arg(PyObject *v, Py_ssize_t *counter) {
-    if (plain_arg(v)) { Py_INCREF(v); return v; }
-    if (Py_TYPE(v) == (PyTypeObject *)TensorType) return tensor_ref(counter);
-    return arg_json(v, counter);
-}
-
-static PyObject *arg_json(PyObject *v, Py_ssize_t *counter) {
-    int t = is_tensor(v);
-    if (t < 0) return NULL;
-    if (t) return tensor_ref(counter);
-    if (PyBool_Check(v) || PyLong_Check(v) || PyUnicode_Check(v)) { Py_INCREF(v); return v; }
-    if (PyFloat_Check(v)) {
-        if (isfinite(PyFloat_AS_DOUBLE(v))) { Py_INCREF(v); return v; }
-        PyObject *text = PyObject_Repr(v);
-        if (text == NULL) return NULL;
-        PyObject *d = PyDict_New();
-        if (d == NULL || PyDict_SetItem(d, k_float, text) < 0) { Py_XDECREF(d); Py_DECREF(text); return NULL; }
-        Py_DECREF(text);
-        return d;
-    }
-    if (PyList_Check(v) || PyTuple_Check(v)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
-        PyObject **items = PySequence_Fast_ITEMS(v);
-        PyObject *out = PyList_New(n);
-        if (out == NULL) return NULL;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *x = plain_arg(items[i]) ? (Py_INCREF(items[i]), items[i]) : arg_json(items[i], counter);
-            if (x == NULL) { Py_DECREF(out); return NULL; }
-            PyList_SET_ITEM(out, i, x);
-        }
-        return out;
-    }
-    /* dtypes, devices, layouts, memory formats and anything else: Python's rule. */
-    PyObject *index = PyLong_FromSsize_t(*counter);
-    if (index == NULL) return NULL;
-    PyObject *pair = PyObject_CallFunctionObjArgs(ArgJsonFn, v, index, NULL);
-    Py_DECREF(index);
-    if (pair == NULL) return NULL;
-    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-        Py_DECREF(pair);
-        PyErr_SetString(PyExc_TypeError, "arg_json: expected (json, next index)");
-        return NULL;
-    }
-    *counter = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 1));
-    PyObject *json = PyTuple_GET_ITEM(pair, 0);
-    Py_INCREF(json);
-    Py_DECREF(pair);
-    return json;
-}
-
-static PyObject *describe_args(PyObject *args, PyObject *kwargs) {
-    Py_ssize_t counter = 0;
-    Py_ssize_t n = PyTuple_GET_SIZE(args);
-    PyObject *positional = PyList_New(n);
-    if (positional == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *x = one_arg(PyTuple_GET_ITEM(args, i), &counter);
-        if (x == NULL) { Py_DECREF(positional); return NULL; }
-        PyList_SET_ITEM(positional, i, x);
-    }
-    PyObject *out = PyDict_New();
-    if (out == NULL || PyDict_SetItem(out, k_a, positional) < 0) goto fail;
-    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
-        PyObject *named = PyDict_New();
-        if (named == NULL) goto fail;
-        PyObject *key, *value;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(kwargs, &pos, &key, &value)) {
-            PyObject *x = plain_arg(value) ? (Py_INCREF(value), value) : arg_json(value, &counter);
-            if (x == NULL || PyDict_SetItem(named, key, x) < 0) { Py_XDECREF(x); Py_DECREF(named); goto fail; }
-            Py_DECREF(x);
-        }
-        int r = PyDict_SetItem(out, k_kw, named);
-        Py_DECREF(named);
-        if (r < 0) goto fail;
-    }
-    Py_DECREF(positional);
-    return out;
-fail:
-    Py_DECREF(positional);
-    Py_XDECREF(out);
-    return NULL;
-}
-
-/* -- the user-code line: Capture._user_line ------------------------------------------------ */
-
-static PyObject *user_line(PyObject *cap) {
-    PyObject *frames = PyObject_GetAttr(cap, s_frame_cache);
-    if (frames == NULL) return NULL;
-    PyFrameObject *frame = PyEval_GetFrame();
-    Py_XINCREF(frame);
-    PyObject *line = NULL;
-    while (frame != NULL) {
-        PyCodeObject *code = PyFrame_GetCode(frame);
-        PyObject *library = PyDict_GetItemWithError(frames, (PyObject *)code);
-        int is_library;
-        if (library != NULL) {
-            is_library = PyObject_IsTrue(library);
-        } else if (PyErr_Occurred()) {
-            is_library = -1;
-        } else {
-            PyObject *r = PyObject_CallMethodOneArg(cap, m_library_code, (PyObject *)code);
-            is_library = r == NULL ? -1 : PyObject_IsTrue(r);
-            Py_XDECREF(r);
-        }
-        if (is_library < 0) { Py_DECREF(code); goto done; }
-        if (!is_library) {
-            /* The path is relative to the working directory: a chdir starts the table again. */
-            PyObject *cwd = PyObject_CallNoArgs(GetCwd);
-            PyObject *known = cwd ? PyObject_GetAttr(cap, s_lines_cwd) : NULL;
-            PyObject *lines = known ? PyObject_GetAttr(cap, s_lines) : NULL;
-            int ok = lines != NULL && PyDict_Check(lines);
-            if (ok) {
-                int same = PyObject_RichCompareBool(cwd, known, Py_EQ);
-                if (same < 0) {
-                    ok = 0;
-                } else if (!same) {
-                    ok = PyObject_SetAttr(cap, s_lines_cwd, cwd) == 0;
-                    if (ok) PyDict_Clear(lines);
-                }
-            }
-            if (ok) {
-                int number = PyFrame_GetLineNumber(frame);
-                PyObject *where = Py_BuildValue("(Oi)", (PyObject *)code, number);
-                if (where != NULL) {
-                    line = PyDict_GetItemWithError(lines, where);
-                    if (line != NULL) {
-                        Py_INCREF(line);
-                    } else if (!PyErr_Occurred()) {
-                        {
-                        PyObject *lineno = PyLong_FromLong(number);
-                        line = lineno ? PyObject_CallMethodObjArgs(cap, m_line_text, (PyObject *)code, lineno, NULL) : NULL;
-                        Py_XDECREF(lineno);
-                    }
-                    }
-                    Py_DECREF(where);
-                }
-            } else if (lines != NULL && !PyErr_Occurred()) {
-                PyErr_SetString(PyExc_TypeError, "_lines must be a dict");
-            }
-            Py_XDECREF(cwd); Py_XDECREF(known); Py_XDECREF(lines);
-            Py_DECREF(code);
-            goto done;
-        }
-        Py_DECREF(code);
-        PyFrameObject *back = PyFrame_GetBack(frame);
-        Py_DECREF(frame);
-        frame = back;
-    }
-    line = Py_None;
-    Py_INCREF(line);
-done:
-    Py_XDECREF(frame);
-    Py_DECREF(frames);
-    return line;
-}
+#include "_recorder_describe.c"
 
 /* -- views: Capture._pass_view ------------------------------------------------------------- */
 
@@ -529,7 +162,7 @@ static int pass_view(PyObject *cap, PyObject *source, PyObject *result, PyObject
     if (a < 0 || b < 0) return -1;
     if (!a || !b) return 0;
     if (PyTuple_GET_ITEM(info, 4) == Py_True) {  /* expand: Python's way */
-        PyObject *r = PyObject_CallMethodObjArgs(cap, m_pass_view, source, result, info, NULL);
+        PyObject *r = PyObject_CallMethodObjArgs(cap, Method[M_PASS_VIEW], source, result, info, NULL);
         if (r == NULL) return -1;
         int ok = PyObject_IsTrue(r);
         Py_DECREF(r);
@@ -540,14 +173,14 @@ static int pass_view(PyObject *cap, PyObject *source, PyObject *result, PyObject
     int status = -1;
     PyObject *cache = NULL, *base = NULL, *n1 = NULL, *n2 = NULL, *dtype = NULL, *name = NULL,
              *shape = NULL, *size = NULL, *stats = NULL, *src = NULL, *uninit = NULL, *entry = NULL;
-    cache = PyObject_GetAttr(cap, s_cache);
+    cache = PyObject_GetAttr(cap, Attr[A_CACHE]);
     if (cache == NULL) goto done;
     base = cached(cache, source, version);
     if (base != NULL) {
         Py_INCREF(base);
     } else {
         if (PyErr_Occurred()) goto done;
-        base = PyObject_CallMethodOneArg(cap, m_entry, source);
+        base = PyObject_CallMethodOneArg(cap, Method[M_ENTRY], source);
         if (base == NULL) goto done;
     }
     n1 = call0(result, s_numel);
@@ -559,15 +192,15 @@ static int pass_view(PyObject *cap, PyObject *source, PyObject *result, PyObject
     name = dtype ? dtype_name(dtype) : NULL;
     size = name ? PyObject_GetAttr(result, s_shape) : NULL;
     shape = size ? PySequence_List(size) : NULL;
-    stats = shape ? PyObject_GetAttr(base, s_stats) : NULL;
-    src = stats ? PyObject_GetAttr(base, s_src) : NULL;
-    uninit = src ? PyObject_GetAttr(base, s_uninitialised) : NULL;
+    stats = shape ? PyObject_GetAttr(base, Slot[E_STATS]) : NULL;
+    src = stats ? PyObject_GetAttr(base, Slot[E_SRC]) : NULL;
+    uninit = src ? PyObject_GetAttr(base, Slot[E_UNINITIALISED]) : NULL;
     entry = uninit ? new_entry(name, shape, stats, src) : NULL;
-    if (entry == NULL || PyObject_SetAttr(entry, s_uninitialised, uninit) < 0) goto done;
+    if (entry == NULL || PyObject_SetAttr(entry, Slot[E_UNINITIALISED], uninit) < 0) goto done;
     if (PyTuple_GET_ITEM(info, 3) == Py_True) {  /* same element order: the saved bytes too */
-        PyObject *data = PyObject_GetAttr(base, s_data);
+        PyObject *data = PyObject_GetAttr(base, Slot[E_DATA]);
         if (data == NULL) goto done;
-        int r = PyObject_SetAttr(entry, s_data, data);
+        int r = PyObject_SetAttr(entry, Slot[E_DATA], data);
         Py_DECREF(data);
         if (r < 0) goto done;
     }
@@ -608,15 +241,15 @@ static PyObject *record_op(PyObject *cap, PyObject *args, PyObject *kwargs, PyOb
              *out_desc = NULL, *seq = NULL, *step = NULL, *line = NULL, *calls = NULL,
              *call_key = NULL, *call = NULL, *described = NULL, *record = NULL, *records = NULL;
     Py_XINCREF(result);
-    int opened = truthy(cap, s_opened);
+    int opened = truthy(cap, Attr[A_OPENED]);
     if (opened < 0) goto fail;
     if (!opened) {
-        PyObject *r = call0(cap, m_open);
+        PyObject *r = call0(cap, Method[M_OPEN]);
         if (r == NULL) goto fail;
         Py_DECREF(r);
     }
     inputs = tensors_in(args, kwargs);
-    cache = inputs ? PyObject_GetAttr(cap, s_cache) : NULL;
+    cache = inputs ? PyObject_GetAttr(cap, Attr[A_CACHE]) : NULL;
     if (cache == NULL) goto fail;
     Py_ssize_t n_in = PyList_GET_SIZE(inputs);
     in_entries = PyList_New(n_in);
@@ -632,15 +265,15 @@ static PyObject *record_op(PyObject *cap, PyObject *args, PyObject *kwargs, PyOb
         }
         if (entry == NULL) {
             if (PyErr_Occurred()) goto fail;
-            entry = PyObject_CallMethodOneArg(cap, m_entry, t);
+            entry = PyObject_CallMethodOneArg(cap, Method[M_ENTRY], t);
             if (entry == NULL) goto fail;
         }
         PyList_SET_ITEM(in_entries, i, entry);
     }
     long seq_value;
-    if (int_attr_add(cap, s_seq, 1, &seq_value) < 0) goto fail;
+    if (int_attr_add(cap, Attr[A_SEQ], 1, &seq_value) < 0) goto fail;
     seq = PyLong_FromLong(seq_value);
-    step = seq ? PyObject_GetAttr(cap, s_current_step) : NULL;
+    step = seq ? PyObject_GetAttr(cap, Attr[A_CURRENT_STEP]) : NULL;
     in_desc = step ? PyList_New(n_in) : NULL;
     if (in_desc == NULL) goto fail;
     for (Py_ssize_t i = 0; i < n_in; i++) {
@@ -662,7 +295,7 @@ static PyObject *record_op(PyObject *cap, PyObject *args, PyObject *kwargs, PyOb
     if (python_outputs) {
         /* An alias, an expand or uninitialised memory: Python's rules for the outputs. */
         Py_DECREF(out_desc);
-        out_desc = PyObject_CallMethod(cap, "_output_descs", "OOOOO", outputs, inputs, in_entries, seq, info);
+        out_desc = PyObject_CallMethodObjArgs(cap, Method[M_OUTPUT_DESCS], outputs, inputs, in_entries, seq, info, NULL);
         if (out_desc == NULL) goto fail;
         if (!PyList_Check(out_desc)) {
             PyErr_SetString(PyExc_TypeError, "_output_descs must return a list");
@@ -680,7 +313,7 @@ static PyObject *record_op(PyObject *cap, PyObject *args, PyObject *kwargs, PyOb
             if (stats == NULL) goto fail;
             if (stats == Py_None) {
                 Py_DECREF(stats);
-                stats = PyObject_CallMethodOneArg(cap, m_compute_out, t);
+                stats = PyObject_CallMethodOneArg(cap, Method[M_COMPUTE], t);
                 if (stats == NULL) goto fail;
             }
             PyObject *dtype = PyObject_GetAttr(t, s_dtype);
@@ -710,7 +343,7 @@ static PyObject *record_op(PyObject *cap, PyObject *args, PyObject *kwargs, PyOb
         PyList_SET_ITEM(out_desc, i, desc);
     }
     if (phase == v_backward) {
-        PyObject *sites = PyObject_GetAttr(cap, s_call_sites);
+        PyObject *sites = PyObject_GetAttr(cap, Attr[A_CALL_SITES]);
         if (sites == NULL) goto fail;
         line = PyDict_GetItemWithError(sites, module);
         Py_XINCREF(line);
@@ -724,7 +357,7 @@ static PyObject *record_op(PyObject *cap, PyObject *args, PyObject *kwargs, PyOb
         line = user_line(cap);
         if (line == NULL) goto fail;
     }
-    calls = PyObject_GetAttr(cap, s_calls);
+    calls = PyObject_GetAttr(cap, Attr[A_CALLS]);
     call_key = calls ? PyTuple_Pack(3, phase, module, op) : NULL;
     if (call_key == NULL) goto fail;
     call = PyDict_GetItemWithError(calls, call_key);
@@ -744,16 +377,16 @@ static PyObject *record_op(PyObject *cap, PyObject *args, PyObject *kwargs, PyOb
         PyDict_SetItem(record, k_out, out_desc) < 0 ||
         (node_name != Py_None && PyDict_SetItem(record, k_node, node_name) < 0))
         goto fail;
-    records = PyObject_GetAttr(cap, s_records);
+    records = PyObject_GetAttr(cap, Attr[A_RECORDS]);
     if (records == NULL || PyList_Append(records, record) < 0) goto fail;
     long waiting;
-    if (int_attr_add(cap, s_waiting, (long)(n_in + n_out), &waiting) < 0) goto fail;
-    PyObject *every = PyObject_GetAttr(cap, s_flush_every);
+    if (int_attr_add(cap, Attr[A_WAITING_TENSORS], (long)(n_in + n_out), &waiting) < 0) goto fail;
+    PyObject *every = PyObject_GetAttr(cap, Attr[A_FLUSH_EVERY]);
     if (every == NULL) goto fail;
     long flush_every = PyLong_AsLong(every);
     Py_DECREF(every);
     if (waiting + n_in + n_out >= flush_every) {
-        PyObject *r = call0(cap, m_flush);
+        PyObject *r = call0(cap, Method[M_FLUSH]);
         if (r == NULL) goto fail;
         Py_DECREF(r);
     }
@@ -775,13 +408,17 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
         PyErr_SetString(PyExc_TypeError, "on_op(capture, func, args, kwargs)");
         return NULL;
     }
+    if (Attr[A_BUSY] == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "on_op: setup() has not been given a field table");
+        return NULL;
+    }
     PyObject *cap = argv[0], *func = argv[1], *args = argv[2], *kwargs = argv[3];
     if (!PyTuple_Check(args) || !PyDict_Check(kwargs)) {
         PyErr_SetString(PyExc_TypeError, "on_op: args must be a tuple and kwargs a dict");
         return NULL;
     }
-    int busy = truthy(cap, s_busy);
-    int live = busy == 0 ? truthy(cap, s_live) : 0;
+    int busy = truthy(cap, Attr[A_BUSY]);
+    int live = busy == 0 ? truthy(cap, Attr[A_LIVE]) : 0;
     if (busy < 0 || live < 0) return NULL;
     if (busy || !live) return PyObject_Call(func, args, kwargs);
     PyObject *phase, *module = NULL, *node_name = Py_None, *known = NULL;
@@ -799,7 +436,7 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
             Py_INCREF(module);
         } else {
             PyObject *number = call0(node, s_sequence_nr);
-            PyObject *table = number ? PyObject_GetAttr(cap, s_node_modules) : NULL;
+            PyObject *table = number ? PyObject_GetAttr(cap, Attr[A_NODE_MODULES]) : NULL;
             if (table != NULL) {
                 known = PyDict_GetItemWithError(table, number);
                 Py_XINCREF(known);
@@ -808,7 +445,7 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
             Py_XDECREF(number);
             if (known == NULL) {
                 if (PyErr_Occurred()) { Py_DECREF(node); return NULL; }
-                known = PyObject_CallMethodOneArg(cap, m_backward_module, node);
+                known = PyObject_CallMethodOneArg(cap, Method[M_BACKWARD_MODULE], node);
             }
             if (known == NULL) { Py_DECREF(node); return NULL; }
             module = PyTuple_GET_ITEM(known, 0);
@@ -817,8 +454,8 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
         }
         Py_DECREF(node);
     } else {
-        int optimizer = truthy(cap, s_in_optimizer);
-        PyObject *stack = optimizer >= 0 ? PyObject_GetAttr(cap, s_forward_stack) : NULL;
+        int optimizer = truthy(cap, Attr[A_IN_OPTIMIZER]);
+        PyObject *stack = optimizer >= 0 ? PyObject_GetAttr(cap, Attr[A_FORWARD_STACK]) : NULL;
         if (stack == NULL) return NULL;
         Py_ssize_t depth = PyList_Check(stack) ? PyList_GET_SIZE(stack) : 0;
         if (optimizer) {
@@ -836,7 +473,7 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
             Py_INCREF(module);
         } else if (phase != v_forward) {
             /* Outside every module: the torch call the user made (clip_grad_norm_, SGD.step). */
-            module = call0(cap, m_api_call);
+            module = call0(cap, Method[M_API_CALL]);
             if (module == NULL) { Py_DECREF(stack); return NULL; }
         } else {
             module = v_empty;
@@ -845,13 +482,13 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
         Py_DECREF(stack);
     }
     PyObject *result = NULL;
-    PyObject *phases = PyObject_GetAttr(cap, s_phases);
+    PyObject *phases = PyObject_GetAttr(cap, Attr[A_PHASES]);
     if (phases == NULL) goto out;
     int wanted_phase = PySequence_Contains(phases, phase);
     Py_DECREF(phases);
     if (wanted_phase < 0) goto out;
     if (!wanted_phase) { result = PyObject_Call(func, args, kwargs); goto out; }
-    PyObject *table = PyObject_GetAttr(cap, s_op_info);
+    PyObject *table = PyObject_GetAttr(cap, Attr[A_OP_INFO]);
     if (table == NULL) goto out;
     PyObject *key = PyLong_FromVoidPtr(func);
     PyObject *info = key ? PyDict_GetItemWithError(table, key) : NULL;
@@ -868,10 +505,10 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
         result = PyObject_Call(func, args, kwargs);
         goto out;
     }
-    int filtered = truthy(cap, s_filtered);
+    int filtered = truthy(cap, Attr[A_FILTERED]);
     if (filtered < 0) { Py_DECREF(info); goto out; }
     if (filtered) {
-        PyObject *ok = PyObject_CallMethodObjArgs(cap, m_wanted, module, PyTuple_GET_ITEM(info, 0), NULL);
+        PyObject *ok = PyObject_CallMethodObjArgs(cap, Method[M_WANTED], module, PyTuple_GET_ITEM(info, 0), NULL);
         int wanted = ok == NULL ? -1 : PyObject_IsTrue(ok);
         Py_XDECREF(ok);
         if (wanted <= 0) {
@@ -880,8 +517,8 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
             goto out;
         }
     }
-    if (PyObject_SetAttr(cap, s_busy, Py_True) < 0) { Py_DECREF(info); goto out; }
-    int views = truthy(cap, s_views);
+    if (PyObject_SetAttr(cap, Attr[A_BUSY], Py_True) < 0) { Py_DECREF(info); goto out; }
+    int views = truthy(cap, Attr[A_VIEWS]);
     if (views >= 0 && PyTuple_GET_ITEM(info, 5) == Py_True && !views) {
         PyObject *run = PyObject_Call(PyTuple_GET_ITEM(info, 6), args, kwargs);
         if (run != NULL) {
@@ -902,7 +539,7 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     /* Always clear the flag, keeping an error raised above. */
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
-    if (PyObject_SetAttr(cap, s_busy, Py_False) < 0) {
+    if (PyObject_SetAttr(cap, Attr[A_BUSY], Py_False) < 0) {
         Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
         Py_CLEAR(result);
     } else {
@@ -916,11 +553,65 @@ out:
 
 /* -- setup --------------------------------------------------------------------------------- */
 
+/* Intern the names of the field table (recorder_fields.table()) into Attr, Method and Slot:
+ * refused, with nothing changed, unless its version and the length of each tuple are the ones
+ * _recorder_fields.h was written for. */
+static int take_fields(PyObject *table) {
+    static PyObject **const arrays[3] = {Attr, Method, Slot};
+    static const Py_ssize_t counts[3] = {A_COUNT, M_COUNT, E_COUNT};
+    static const char *what[3] = {"attributes", "methods", "entry attributes"};
+    if (!PyTuple_Check(table) || PyTuple_GET_SIZE(table) != 4) {
+        PyErr_SetString(PyExc_TypeError, "setup: fields must be (version, attributes, methods, entry attributes)");
+        return -1;
+    }
+    long version = PyLong_AsLong(PyTuple_GET_ITEM(table, 0));
+    if (version == -1 && PyErr_Occurred()) return -1;
+    if (version != FIELDS_VERSION) {
+        PyErr_Format(PyExc_ValueError, "setup: field table version %ld; this recorder reads version %d",
+                     version, FIELDS_VERSION);
+        return -1;
+    }
+    PyObject *names[A_COUNT + M_COUNT + E_COUNT];
+    Py_ssize_t taken = 0;
+    for (int part = 0; part < 3; part++) {
+        PyObject *tuple = PyTuple_GET_ITEM(table, part + 1);
+        if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != counts[part]) {
+            PyErr_Format(PyExc_ValueError, "setup: the field table's %s are not a tuple of %zd names",
+                         what[part], counts[part]);
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < counts[part]; i++) {
+            PyObject *name = PyTuple_GET_ITEM(tuple, i);
+            if (!PyUnicode_CheckExact(name)) {
+                PyErr_SetString(PyExc_TypeError, "setup: field names must be strings");
+                goto fail;
+            }
+            Py_INCREF(name);
+            PyUnicode_InternInPlace(&name);
+            names[taken++] = name;
+        }
+    }
+    taken = 0;
+    for (int part = 0; part < 3; part++)
+        for (Py_ssize_t i = 0; i < counts[part]; i++) Py_XSETREF(arrays[part][i], names[taken++]);
+    return 0;
+fail:
+    while (taken > 0) Py_DECREF(names[--taken]);
+    return -1;
+}
+
 static PyObject *setup(PyObject *self, PyObject *config) {
     if (!PyDict_Check(config)) {
         PyErr_SetString(PyExc_TypeError, "setup(dict)");
         return NULL;
     }
+    /* First: a table this source does not match changes nothing. */
+    PyObject *fields = PyDict_GetItemString(config, "fields");
+    if (fields == NULL) {
+        PyErr_SetString(PyExc_KeyError, "setup: fields missing");
+        return NULL;
+    }
+    if (take_fields(fields) < 0) return NULL;
 #define TAKE(var, name)                                                                        \
     do {                                                                                       \
         PyObject *v_ = PyDict_GetItemString(config, name);                                     \
@@ -966,7 +657,7 @@ static PyObject *version(PyObject *self, PyObject *unused) { return PyLong_FromL
 /* For tests: the statistics the kernel path gives a tensor (None: not its kind). */
 static PyObject *stats_of(PyObject *self, PyObject *t) { return kernel_stats(t); }
 
-/* For tests: dump._describe_args. */
+/* For tests: dump_ops._describe_args. */
 static PyObject *args_of(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
     if (argc != 2 || !PyTuple_Check(argv[0]) || !PyDict_Check(argv[1])) {
         PyErr_SetString(PyExc_TypeError, "describe_args(tuple, dict)");
@@ -977,10 +668,10 @@ static PyObject *args_of(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 
 static PyMethodDef methods[] = {
     {"on_op", (PyCFunction)(void (*)(void))on_op, METH_FASTCALL, "Capture._on_op, in C."},
-    {"setup", setup, METH_O, "Types, functions and kernel addresses the recorder uses."},
+    {"setup", setup, METH_O, "Types, functions, kernel addresses and the field table the recorder uses."},
     {"version", version, METH_NOARGS, "The source's version."},
     {"stats_of", stats_of, METH_O, "Kernel statistics of a tensor (tests)."},
-    {"describe_args", (PyCFunction)(void (*)(void))args_of, METH_FASTCALL, "dump._describe_args (tests)."},
+    {"describe_args", (PyCFunction)(void (*)(void))args_of, METH_FASTCALL, "dump_ops._describe_args (tests)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -989,26 +680,16 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_recorder", NULL
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
 
 PyMODINIT_FUNC PyInit__recorder(void) {
-    INTERN(s_busy, "_busy"); INTERN(s_live, "_live"); INTERN(s_in_optimizer, "_in_optimizer");
-    INTERN(s_forward_stack, "_forward_stack"); INTERN(s_phases, "phases"); INTERN(s_op_info, "_op_info");
-    INTERN(s_filtered, "_filtered"); INTERN(s_views, "views"); INTERN(s_cache, "_cache");
-    INTERN(s_cache_limit, "_cache_limit"); INTERN(s_node_modules, "_node_modules"); INTERN(s_seq, "_seq");
-    INTERN(s_current_step, "current_step"); INTERN(s_calls, "_calls"); INTERN(s_call_sites, "_call_sites");
-    INTERN(s_records, "_records"); INTERN(s_waiting, "_waiting_tensors"); INTERN(s_flush_every, "flush_every");
-    INTERN(s_opened, "_opened"); INTERN(s_frame_cache, "_frame_cache"); INTERN(s_lines, "_lines");
-    INTERN(s_lines_cwd, "_lines_cwd"); INTERN(s_version, "_version"); INTERN(s_is_cpu, "is_cpu");
-    INTERN(s_dtype, "dtype"); INTERN(s_layout, "layout"); INTERN(s_shape, "shape"); INTERN(s_numel, "numel");
+    INTERN(s_version, "_version"); INTERN(s_is_cpu, "is_cpu"); INTERN(s_dtype, "dtype");
+    INTERN(s_layout, "layout"); INTERN(s_shape, "shape"); INTERN(s_numel, "numel");
     INTERN(s_is_contiguous, "is_contiguous"); INTERN(s_data_ptr, "data_ptr");
-    INTERN(s_sequence_nr, "_sequence_nr"); INTERN(s_stats, "stats"); INTERN(s_src, "src");
-    INTERN(s_data, "data"); INTERN(s_desc, "desc"); INTERN(s_uninitialised, "uninitialised");
-    INTERN(m_api_call, "_api_call"); INTERN(m_open, "_open"); INTERN(m_entry, "_entry"); INTERN(m_backward_module, "_backward_module");
-    INTERN(m_wanted, "_wanted"); INTERN(m_pass_view, "_pass_view"); INTERN(m_flush, "_flush");
-    INTERN(m_prune, "_prune"); INTERN(m_library_code, "_library_code"); INTERN(m_line_text, "_line_text");
-    INTERN(m_desc_of, "_desc_of"); INTERN(m_compute_out, "_compute");
+    INTERN(s_sequence_nr, "_sequence_nr");
     INTERN(k_k, "k"); INTERN(k_seq, "seq"); INTERN(k_step, "step"); INTERN(k_phase, "phase");
     INTERN(k_op, "op"); INTERN(k_module, "module"); INTERN(k_call, "call"); INTERN(k_line, "line");
     INTERN(k_args, "args"); INTERN(k_in, "in"); INTERN(k_out, "out"); INTERN(k_node, "node");
     INTERN(k_t, "t"); INTERN(k_a, "a"); INTERN(k_kw, "kw"); INTERN(k_float, "float");
+    INTERN(k_dtype, "dtype"); INTERN(k_shape, "shape"); INTERN(k_stats, "stats"); INTERN(k_src, "src");
+    INTERN(k_uninitialised, "uninitialised");
     INTERN(v_op, "op"); INTERN(v_backward, "backward"); INTERN(v_forward, "forward");
     INTERN(v_optimizer, "optimizer"); INTERN(v_other, "other"); INTERN(v_empty, "");
     if ((One = PyLong_FromLong(1)) == NULL) return NULL;

@@ -17,17 +17,22 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
 from accelport import native
+from accelport.verify.numerics import dump_ops, recorder_fields
 from accelport.verify.numerics import native as stats_native
 
 log = logging.getLogger(__name__)
 
 ENV_VAR = "ACCELPORT_DUMP_RECORDER"
 SOURCE = Path(__file__).with_name("_recorder.c")
-_VERSION = 1
+# Every file of the build: SOURCE and the parts it #includes. The cache key covers them all
+# (native.py hashes SOURCE alone), so a change to any part rebuilds the extension.
+PARTS = (SOURCE, SOURCE.with_name("_recorder_fields.h"), SOURCE.with_name("_recorder_describe.c"))
+_VERSION = 2
 
 
 def load() -> Any:
@@ -48,7 +53,8 @@ def _load() -> Any:
     if include is None:
         raise RuntimeError("Python's headers (Python.h) are not installed")
     attempts = [[["-O2", "-shared", "-fPIC", "-fno-strict-aliasing", f"-I{include}", "-o", "{out}", "{src}"]]]
-    module = native.load_extension("accelport.verify._recorder", SOURCE, attempts, key=(include,))
+    parts = tuple(f"{path.name}:{zlib.crc32(path.read_bytes()):08x}" for path in PARTS[1:])
+    module = native.load_extension("accelport.verify._recorder", SOURCE, attempts, key=(include, *parts))
     if module.version() != _VERSION:
         raise RuntimeError(f"{SOURCE.name}: unexpected version {module.version()}")
     module.setup(_config(kernels))
@@ -58,23 +64,22 @@ def _load() -> Any:
 def _config(kernels: stats_native.Kernels) -> dict[str, Any]:
     import torch
 
-    from accelport.verify.numerics import dump
-
     config: dict[str, Any] = {
+        "fields": recorder_fields.table(),
         "tensor": torch.Tensor,
-        "entry": dump._Entry,
-        "not_run": dump._NOT_RUN,
+        "entry": dump_ops._Entry,
+        "not_run": dump_ops._NOT_RUN,
         "strided": torch.strided,
-        "dtype_names": dump._DTYPE_NAMES,
+        "dtype_names": dump_ops._DTYPE_NAMES,
         "graph_task_id": torch._C._current_graph_task_id,
         "autograd_node": torch._C._current_autograd_node,
         "grad_enabled": torch._C.is_grad_enabled,
         "num_threads": torch.get_num_threads,
         "getcwd": os.getcwd,
-        "op_info": dump._op_info,
-        "dtype_name": dump._dtype_name,
-        "json_stats": dump._json_stats,
-        "arg_json": dump._arg_json_at,
+        "op_info": dump_ops._op_info,
+        "dtype_name": dump_ops._dtype_name,
+        "json_stats": dump_ops._json_stats,
+        "arg_json": dump_ops._arg_json_at,
         "float32": torch.float32,
         "float64": torch.float64,
         "bfloat16": torch.bfloat16,
