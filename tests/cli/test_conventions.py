@@ -40,6 +40,22 @@ def test_every_command_is_checked():
             "kernels list"} <= set(COMMANDS)
 
 
+def _subparser_dests(parser: argparse.ArgumentParser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield action.dest
+            for sub in action.choices.values():
+                yield from _subparser_dests(sub)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_no_argument_overwrites_the_name_of_the_command(command):
+    """The CLI words a library error with the flag of the command that ran (args.<subparsers dest>): an
+    argument of the same dest (bench's `-- command`, say) would overwrite that name."""
+    taken = set(_subparser_dests(build_parser()))
+    assert not {a.dest for a in COMMANDS[command]._actions} & taken
+
+
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_o_and_output_always_name_a_file(command):
     for action in COMMANDS[command]._actions:

@@ -106,7 +106,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         help="site knowledge file (TOML) that adds or overrides vendors, APIs or packages; repeatable",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     for module in _command_modules(only):
         module.register(subparsers)
     return parser
@@ -156,7 +156,7 @@ def _main(argv: Sequence[str] | None, collecting: bool) -> int:
         return code
     except InvalidValue as exc:
         dest = getattr(sys.modules.get(args.handler.__module__), "DEST_OF", {}).get(exc.parameter, exc.parameter)
-        return _error(f"{_flag_for(parser, args.command, dest)} {exc.value}: {exc.problem}", exc.exit_code)
+        return _error(f"{_flag_for(parser, args.subcommand, dest)} {exc.value}: {exc.problem}", exc.exit_code)
     except UserError as exc:
         return _error(str(exc), exc.exit_code)
     except ModuleNotFoundError as exc:
@@ -166,7 +166,7 @@ def _main(argv: Sequence[str] | None, collecting: bool) -> int:
         if root not in _OPTIONAL:
             raise
         package, extra = _OPTIONAL[root]
-        return _error(str(MissingDependency(package, extra, f"accelport {args.command}")), EXIT_USAGE)
+        return _error(str(MissingDependency(package, extra, f"accelport {args.subcommand}")), EXIT_USAGE)
     except BrokenPipeError:
         # Output piped into `head` and closed early: not an error worth a traceback.
         devnull = os.open(os.devnull, os.O_WRONLY)
