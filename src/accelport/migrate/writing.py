@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 
-from accelport.errors import UserError
+from accelport.errors import ParameterHint, UserError
 from accelport.inventory.discovery import TEMP_SUFFIX, inside, read_regular
 from accelport.migrate.model import FileMigration
 
@@ -23,9 +23,9 @@ def _git_root(path: str) -> str:
     try:
         found = subprocess.run(["git", "-C", folder, "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False)
     except FileNotFoundError:
-        raise UserError(f"{path}: git is not installed, so uncommitted work cannot be protected; pass --force") from None
+        raise ParameterHint(f"{path}: git is not installed, so uncommitted work cannot be protected; force the write to go ahead", "force") from None
     if found.returncode != 0:
-        raise UserError(f"{path}: not in a git work tree, so the rewrite could not be undone; commit it to git first or pass --force")
+        raise ParameterHint(f"{path}: not in a git work tree, so the rewrite could not be undone; commit it to git first or force the write", "force")
     return found.stdout.strip()
 
 

@@ -454,8 +454,8 @@ def _choose_target(torch: Any, requested: str | None) -> Any:
     kind = requested.split(":")[0]
     if kind != "cpu" and (current is None or current.type != kind):
         have = current.type if current is not None else "none"
-        sys.stderr.write(f"accelport run: --device {requested}: no such accelerator here (current accelerator: {have}); "
-                         "run on a machine that has it, or pass --device cpu\n")
+        sys.stderr.write(f"accelport run: device {requested}: no such accelerator here (current accelerator: {have}); "
+                         "run on a machine that has it, or choose the cpu device\n")
         raise SystemExit(2)
     return torch.device(requested)
 
