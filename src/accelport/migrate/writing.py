@@ -6,12 +6,11 @@ import logging
 import os
 import stat
 import subprocess
-import tempfile
 from collections.abc import Sequence
-from contextlib import suppress
 from pathlib import Path
 
 from accelport.errors import ParameterHint, UserError
+from accelport.fileio import staged_writes
 from accelport.inventory.discovery import TEMP_SUFFIX, inside, read_regular
 from accelport.migrate.model import FileMigration
 
@@ -75,8 +74,7 @@ def write_files(files: Sequence[FileMigration], roots: Sequence[str] | None = No
     was read is not overwritten either: UserError, nothing written.
     """
     trees = [(os.path.realpath(root), os.path.isdir(root)) for root in roots or ()]
-    staged: list[tuple[str, str]] = []
-    try:
+    with staged_writes(TEMP_SUFFIX) as staging:
         for migration in files:
             if not migration.changed or migration.disk_path is None:
                 continue
@@ -96,22 +94,8 @@ def write_files(files: Sequence[FileMigration], roots: Sequence[str] | None = No
                     current = None
                 if current != _encoded(migration, migration.original):
                     raise UserError(f"{migration.path}: changed on disk since it was read; run migrate again")
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
-            staged.append((tmp, str(target)))
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(_encoded(migration, migration.migrated))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp, 0o644 if migration.creates else target.stat().st_mode & 0o7777)
-    except BaseException:
-        for tmp, _target in staged:
-            with suppress(FileNotFoundError):
-                os.unlink(tmp)
-        raise
-    written = []
-    for tmp, target in staged:
-        os.replace(tmp, target)
-        written.append(target)
+            staging.stage(target, _encoded(migration, migration.migrated))
+        written = [str(target) for _tmp, target in staging.pending]
     return written
 
 

@@ -427,11 +427,10 @@ class Shim:
         }
 
     def write_record(self, folder: str) -> None:
-        path = os.path.join(folder, f"{os.getpid()}.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
+        from accelport.fileio import atomic_open
+
+        with atomic_open(os.path.join(folder, f"{os.getpid()}.json")) as handle:
             json.dump(self.record(), handle)
-        os.replace(tmp, path)
 
 
 _SHIM: Shim | None = None
