@@ -35,3 +35,16 @@ class InvalidValue(UserError):
         self.value = value
         self.problem = problem
         super().__init__(f"{parameter}={value}: {problem}")
+
+
+class ParameterHint(UserError):
+    """A UserError whose fix is another value for one of the function's parameters (a table path, `force`).
+
+    The message says what is wrong and what to do in the library's words; the parameter is named after it,
+    ``(table)`` called from Python, and the CLI names the flag that feeds it instead: ``(--table)``.
+    """
+
+    def __init__(self, message: str, parameter: str) -> None:
+        self.message = message
+        self.parameter = parameter
+        super().__init__(f"{message} ({parameter})")

@@ -17,23 +17,80 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", encoding: str | N
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     binary = "b" in mode
-    import tempfile  # imported here: most commands never write a file
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = _temporary_beside(target, ".tmp")
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        if target.exists():
-            # Keep the permissions of the file being replaced (scripts stay executable).
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
-        else:
-            os.chmod(tmp, 0o644)
+        _take_mode(tmp, target)
         os.replace(tmp, target)
     except BaseException:
         with suppress(FileNotFoundError):
             os.unlink(tmp)
+        raise
+
+
+def _temporary_beside(target: Path, suffix: str) -> tuple[int, str]:
+    import tempfile  # imported here: most commands never write a file
+
+    return tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+
+
+def _take_mode(tmp: str, target: Path) -> None:
+    if target.exists():
+        # Keep the permissions of the file being replaced (scripts stay executable).
+        os.chmod(tmp, target.stat().st_mode & 0o7777)
+    else:
+        os.chmod(tmp, 0o644)
+
+
+class Staging:
+    """Files written in full beside their targets, renamed over them together when `staged_writes` ends."""
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+        self.pending: list[tuple[str, Path]] = []  # (temporary file, target), in the order staged
+
+    def stage(self, path: str | os.PathLike[str], data: bytes) -> str:
+        """Write `data` durably to a temporary file beside `path` (whose folder must exist); returns its name.
+
+        The temporary file takes the permissions of the file it will replace (0o644 for a new one).
+        """
+        target = Path(path)
+        fd, tmp = _temporary_beside(target, self.suffix)
+        self.pending.append((tmp, target))
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _take_mode(tmp, target)
+        return tmp
+
+    def _discard(self) -> None:
+        for tmp, _target in self.pending:
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
+@contextmanager
+def staged_writes(suffix: str = ".tmp") -> Iterator[Staging]:
+    """Write several files all or nothing: each `stage` writes a temporary file beside its target,
+    and only when the block ends without an error are they renamed over their targets, in order.
+
+    An error anywhere in the block (a file that cannot be staged, a check that fails after some
+    were) removes every temporary file and changes no target. `suffix` names the temporary files
+    (`.NAME.XXXXXXXX` + suffix), so a run killed before the renames leaves files one can find.
+    """
+    staging = Staging(suffix)
+    try:
+        yield staging
+        while staging.pending:
+            tmp, target = staging.pending[0]
+            os.replace(tmp, target)
+            staging.pending.pop(0)
+    except BaseException:
+        staging._discard()
         raise
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,16 @@ def test_skipped_files_change_the_exit_code(cli, tmp_path):
     result = cli("inventory", tmp_path, "--allow-skipped")
     assert result.code == 0
     assert "broken.py: does not parse as Python" in result.out
+
+
+def test_a_file_over_the_size_limit_names_the_flag_that_lifts_it(cli, tmp_path):
+    (tmp_path / "ok.py").write_text("x = 1\n")
+    (tmp_path / "big.py").write_text("# " + "x" * (2 * 1024 * 1024) + "\n")
+    result = cli("inventory", tmp_path, "--max-file-size", "1", "--allow-skipped", "--format", "json")
+    reasons = {os.path.basename(s["path"]): s["reason"] for s in json.loads(result.out)["skipped"]}
+    assert reasons["big.py"].startswith("larger than the 1 MiB limit") and reasons["big.py"].endswith("; raise it with --max-file-size")
+    alone = cli("inventory", tmp_path / "big.py", "--max-file-size", "1")
+    assert alone.code == 2 and alone.err.rstrip().endswith("raise it with --max-file-size")
 
 
 def test_unknown_target_is_usage_error(cli):

@@ -160,6 +160,7 @@ def test_a_change_list_that_fails_late_still_leaves_sources_alone(cli, repo, tmp
 def test_write_outside_git_needs_force(cli, app):
     refused = cli("migrate", app, "--write", "--changes", "-")
     assert refused.code == 2 and "not in a git work tree" in refused.err
+    assert refused.err.rstrip().endswith("commit it to git first or force the write (--force)")
 
 
 def test_select_limits_the_rules(cli, app):

@@ -70,6 +70,7 @@ def test_a_user_list_is_used_and_listed(cli, model_spec, tmp_path):
     [
         (("--target", "nosuch"), "unknown vendor 'nosuch'"),
         (("--target", "rocm"), "no operator list for vendor 'rocm'"),
+        (("--target", "rocm"), "or check on the machine itself against its dispatcher (--oplist FILE, or --on-device)"),
         (("--smoke",), "--smoke runs operators on the device"),
         (("--target", "npu@1.0"), "no operator list for npu@1.0"),
     ],

@@ -148,13 +148,15 @@ def test_tune_creates_missing_folders_and_refuses_unusable_tables_with_exit_2(cl
     foreign.write_text(configs.table_json("h100-sxm", "H100", [], {"source": "test"}))
     for table, message in [
         (blocker / "tuned.json", f"{blocker} is not a folder"),
-        (tmp_path, "is a folder; give --table a file name"),
+        (tmp_path, "is a folder; give the table a file name"),
         (foreign, "holds a table for h100-sxm, not cpu"),
     ]:
         bad = cli("kernels", "tune", "swiglu", "--device", "cpu", "--dtype", "float32", "--max-configs", "1", "--table", table)
         assert bad.code == 2 and bad.out == "", (table, bad.out)
         assert bad.err.count("\n") == 1 and message in bad.err and "Traceback" not in bad.err
     assert bad.err.startswith(f"accelport: error: {foreign}:")
+    blocked = cli("kernels", "tune", "swiglu", "--device", "cpu", "--dtype", "float32", "--max-configs", "1", "--table", tmp_path)
+    assert blocked.err.rstrip().endswith(".json (--table)")  # the library names its parameter; the CLI the flag
     assert cli("kernels", "tune", "swiglu", "--device", "cpu", "--max-configs", "0").code == 2
 
 

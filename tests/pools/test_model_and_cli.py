@@ -241,6 +241,27 @@ def test_cli_route_and_submit_dry_run(cli, tmp_path):
     assert (tmp_path / "tinylm-train-ascend.sbatch").exists()
 
 
+def test_submit_without_the_client_names_the_dry_run_flag_on_the_command_line_only(cli, tmp_path, monkeypatch):
+    from accelport.errors import UserError
+    from accelport.pools.render import Artefact
+    from accelport.pools.submit import submit
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    result = cli("pools", "submit", JOB, *POOLS, "--output-dir", tmp_path, "--pin", "ascend")
+    _one_line_exit_2(result, "sbatch not found on PATH; install the sbatch client, or make a dry run to see the command (--dry-run)")
+    with pytest.raises(UserError) as caught:
+        submit(Artefact("x.sbatch", "sbatch", "#!/bin/bash\n"), tmp_path)
+    assert str(caught.value).endswith("to see the command (dry_run)") and "--" not in str(caught.value)
+
+
+def test_no_pool_files_names_the_parameter_in_code():
+    from accelport.errors import UserError
+    from accelport.pools.model import load_pools
+
+    with pytest.raises(UserError, match=r"^no pool files given; name at least one \(see examples/pools/\) \(paths\)$"):
+        load_pools([])
+
+
 def test_cli_errors_are_one_line_exit_2(cli, tmp_path):
     result = cli("pools", "render", tmp_path / "missing.toml", *POOLS)
     assert result.code == 2 and "file not found" in result.err and len(result.err.strip().splitlines()) == 1
@@ -336,6 +357,6 @@ def test_ramp_weights_that_fit_are_accepted_and_backups_do_not_count(cli, tmp_pa
 
 def test_cli_repeated_names_and_files_are_one_line_exit_2(cli):
     _one_line_exit_2(cli("pools", "render", JOB, *POOLS, "--pool", "cuda", "--pool", "cuda"), "--pool cuda given more than once")
-    _one_line_exit_2(cli("pools", "route", JOB, *POOLS, "--pools", EXAMPLES / "cuda-pool.toml"), "given twice with --pools")
+    _one_line_exit_2(cli("pools", "route", JOB, *POOLS, "--pools", EXAMPLES / "cuda-pool.toml"), "given twice as a pool file", "give each pool file once (--pools)")
     _one_line_exit_2(cli("pools", "route", JOB, *POOLS, "--simulate", "0"), "--simulate 0: give a number of job ids, 1 or more")
     _one_line_exit_2(cli("pools", "route", JOB, *POOLS, "--simulate", "-5"), "--simulate -5")

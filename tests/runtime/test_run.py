@@ -150,7 +150,8 @@ def test_a_device_this_machine_lacks_stops_the_program_with_one_line(tmp_path):
     done = run("-m", "accelport", "run", "--device", "npu", "--inventory", "-", "--", sys.executable, "-c", "import torch; print('ran')", cwd=tmp_path)
     assert done.returncode == 2
     assert "ran" not in done.stdout
-    assert "accelport run: --device npu: no such accelerator here (current accelerator: none)" in done.stderr
+    assert "accelport run: device npu: no such accelerator here (current accelerator: none)" in done.stderr
+    assert "or choose the cpu device" in done.stderr
     assert "Traceback" not in done.stderr
 
 

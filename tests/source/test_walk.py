@@ -90,7 +90,7 @@ def test_unscannable_files_are_reported_with_reasons(tmp_path):
     assert "not UTF-8" in reasons["latin1.py"]
     assert "binary content" in reasons["binary.py"]
     assert "does not parse as Python (line 2" in reasons["broken.py"]
-    assert "larger than the 1 MiB limit" in reasons["big.py"]
+    assert "larger than the 1 MiB limit" in reasons["big.py"] and reasons["big.py"].endswith("raise max_file_size to scan it")
     assert "broken symbolic link" in reasons["dangling.py"]
     assert reasons["socket.py"] == "not a regular file (a socket); skipped, never opened"
     assert report.files_scanned == 0

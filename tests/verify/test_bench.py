@@ -164,6 +164,7 @@ def test_cli_refuses_a_baseline_of_another_scenario_unless_allowed(cli, tmp_path
     refused = cli("bench", "--result", test, "--baseline", base)
     assert refused.code == 2 and len(refused.err.strip().splitlines()) == 1
     assert "test.json vs baseline" in refused.err and "base.json" in refused.err and "batch 64 vs (unset)" in refused.err
+    assert refused.err.rstrip().endswith("to compare throughput anyway (in an accept spec: allow_mismatch = true) (--allow-mismatch)")
     allowed = cli("bench", "--result", test, "--baseline", base, "--allow-mismatch")
     assert allowed.code == 0 and "compared anyway: batch 64 vs (unset)" in allowed.out
     assert cli("bench", "--param", "batch", "--", "true").code == 2

@@ -172,6 +172,7 @@ def test_a_png_path_that_cannot_be_written_is_one_line_exit_2(cli, tmp_path):
     assert "curves.png: cannot write the PNG (a part of the path is a file, not a folder)" in inside.err
     folder = cli("curves", ref, ref, "--png", tmp_path)
     assert folder.code == 2 and "cannot write the PNG (is a directory)" in folder.err
+    assert folder.err.rstrip().endswith("choose another path for it (--png)")
 
 
 def _records(data: bytes) -> list[tuple[int, int]]:

@@ -219,3 +219,25 @@ def test_a_tensor_file_truncated_in_place_while_read_does_not_kill_the_reader(tm
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, (done.returncode, done.stderr)
     assert json.loads(done.stdout) == {"sum": 0.0, "again": True}
+
+
+def test_a_step_with_more_tensors_than_the_reserved_header_is_rebuilt_in_place(tmp_path):
+    # The header outgrows its reservation: the file is copied behind a bigger one (through
+    # fileio.atomic_open) and reads back whole, with no temporary file left beside it.
+    import json as _json
+    import struct
+
+    from accelport.verify.numerics.dumpfile import TensorStore
+
+    store = TensorStore(tmp_path)
+    store._reserve = 256
+    for index in range(20):
+        store.add(0, f"tensor.{index}", "float32", [1], struct.pack("<f", float(index)))
+    store.finish_step()
+    path = store.folder / "step000000.safetensors"
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = _json.loads(data[8 : 8 + length])
+    start, end = header["tensor.7"]["data_offsets"]
+    assert struct.unpack("<f", data[8 + length + start : 8 + length + end]) == (7.0,)
+    assert [p.name for p in store.folder.iterdir()] == ["step000000.safetensors"]

@@ -67,6 +67,7 @@ def test_a_flat_long_run_passes_and_in_process_soak_uses_the_bound():
         (["--steps", "5", "--spike-z", "0"], "--spike-z 0: must be 0 < spike-z"),
         (["--steps", "5", "--max-spikes", "-1"], "--max-spikes -1: must be 0 <= max-spikes"),
         (["--steps", "5", "--save", "{tmp}/missing/s.json"], "folder {tmp}/missing does not exist"),
+        ([], "soak needs --steps or --duration"),
         (["--steps", "12"], None),  # the control: valid options run the command
     ],
 )
@@ -86,7 +87,9 @@ def test_cli_soak_out_of_range_options_are_one_line_usage_errors(cli, tmp_path, 
 
 
 def test_soak_api_refuses_an_empty_run():
-    with pytest.raises(UserError, match="--steps 0: must be 1 <= steps"):
+    with pytest.raises(UserError, match=r"^steps=0: must be 1 <= steps$"):
         soak.run(lambda: 1.0, steps=0)
-    with pytest.raises(UserError, match="must be positive"):
+    with pytest.raises(UserError, match=r"^duration_s=0 s: must be positive"):
         soak.run(lambda: 1.0, duration_s=0.0)
+    with pytest.raises(UserError, match=r"^soak needs steps or duration_s"):
+        soak.run(lambda: 1.0)

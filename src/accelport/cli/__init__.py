@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from accelport import __version__
-from accelport.errors import InvalidValue, MissingDependency, UserError
+from accelport.errors import InvalidValue, MissingDependency, ParameterHint, UserError
 from accelport.textsafe import one_line, terminal
 
 EXIT_OK = 0
@@ -155,8 +155,9 @@ def _main(argv: Sequence[str] | None, collecting: bool) -> int:
         _quick_exit = bool(getattr(sys.modules.get(args.handler.__module__), "QUICK_EXIT", False))
         return code
     except InvalidValue as exc:
-        dest = getattr(sys.modules.get(args.handler.__module__), "DEST_OF", {}).get(exc.parameter, exc.parameter)
-        return _error(f"{_flag_for(parser, args.subcommand, dest)} {exc.value}: {exc.problem}", exc.exit_code)
+        return _error(f"{_flag_of(parser, args, exc.parameter)} {exc.value}: {exc.problem}", exc.exit_code)
+    except ParameterHint as exc:
+        return _error(f"{exc.message} ({_flag_of(parser, args, exc.parameter)})", exc.exit_code)
     except UserError as exc:
         return _error(str(exc), exc.exit_code)
     except ModuleNotFoundError as exc:
@@ -193,7 +194,28 @@ class _SafeFormatter(logging.Formatter):
         return terminal(super().format(record))
 
 
-def _flag_for(parser: argparse.ArgumentParser, command: str | None, parameter: str) -> str:
+def _flag_of(parser: argparse.ArgumentParser, args: argparse.Namespace, parameter: str) -> str:
+    """The flag that fed library `parameter` in this command (through its module's DEST_OF), else the parameter."""
+    dest = getattr(sys.modules.get(args.handler.__module__), "DEST_OF", {}).get(parameter, parameter)
+    return _flag_for(parser, args.handler, dest)
+
+
+def _parsers_to(parser: argparse.ArgumentParser, handler: object) -> list[argparse.ArgumentParser]:
+    """The parsers from the top one down to the (sub)command whose handler is `handler`; [] if none has it.
+
+    Found by handler rather than by ``args.command``: a command's own positional may take that
+    name (`accelport run -- PROGRAM`), and a nested action (`kernels bench`) is one level deeper.
+    """
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                chain = [sub] if sub._defaults.get("handler") is handler else _parsers_to(sub, handler)
+                if chain:
+                    return [parser, *chain]
+    return []
+
+
+def _flag_for(parser: argparse.ArgumentParser, handler: object, parameter: str) -> str:
     """The flag of `command` whose value lands in `parameter` (its argparse dest), as the user would type it.
 
     Library errors name their own parameters; the flag is found here, from the parser that
@@ -201,11 +223,10 @@ def _flag_for(parser: argparse.ArgumentParser, command: str | None, parameter: s
     flag's dest differs from the library parameter says so in ``DEST_OF = {parameter: dest}``.
     A parameter no flag feeds (a value computed from several flags) keeps its library name.
     """
-    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-    chosen = sub.choices.get(command) if sub is not None and command else None
-    for action in (chosen or parser)._actions:
-        if action.dest == parameter and action.option_strings:
-            return max(action.option_strings, key=len)
+    for level in reversed(_parsers_to(parser, handler) or [parser]):  # the command's own flags first, then global ones
+        for action in level._actions:
+            if action.dest == parameter and action.option_strings:
+                return max(action.option_strings, key=len)
     return parameter
 
 

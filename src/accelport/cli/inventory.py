@@ -57,6 +57,20 @@ def filtered(report, select: tuple[str, ...], ignore: tuple[str, ...]):
     return dataclasses.replace(report, findings=findings, route=route, effort=effort, files=files)
 
 
+# The library names its own parameter in a skip reason; on the command line the flag sets it.
+_SIZE_FIX = ("raise max_file_size to scan it", "raise it with --max-file-size")
+
+
+def _flag_wording(report):
+    """The report with skip reasons worded for the command line (the flag that lifts the size limit)."""
+    import dataclasses
+
+    if not any(_SIZE_FIX[0] in s.reason for s in report.skipped):
+        return report
+    skipped = [dataclasses.replace(s, reason=s.reason.replace(*_SIZE_FIX)) for s in report.skipped]
+    return dataclasses.replace(report, skipped=skipped)
+
+
 def run(args: argparse.Namespace) -> int:
     import logging
 
@@ -89,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
+    report = _flag_wording(report)
     if report.files_scanned == 0 and not report.skipped:
         raise UserError(f"{', '.join(args.paths)}: no files accelport scans were found; check the path and --exclude")
     if report.files_scanned == 0 and len(args.paths) == 1 and os.path.isfile(args.paths[0]):

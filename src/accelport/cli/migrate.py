@@ -22,7 +22,6 @@ exit codes:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 
@@ -155,30 +154,10 @@ def _check_writable(path: str) -> None:
         raise UserError(f"--changes {path}: {problem}; give a writable FILE.json, or '-' for no change list")
 
 
-def _stage(path: str, text: str) -> str:
-    """Write `text` to a temporary file beside `path` (made durable); the caller renames it into place."""
-    import tempfile
-
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    from accelport.source.walk import TEMP_SUFFIX
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=TEMP_SUFFIX, dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return tmp
-
-
 def _write(args: argparse.Namespace, result, render_json, render_markdown) -> None:
+    from accelport.fileio import staged_writes
     from accelport.migrate.writing import remove_stale_temp, uncommitted, write_files
+    from accelport.source.walk import TEMP_SUFFIX
 
     # A file migrate creates (the helper module) replaces nothing: no uncommitted work to protect.
     targets = [f.disk_path for f in result.changed_files if f.disk_path and not f.creates]
@@ -196,13 +175,13 @@ def _write(args: argparse.Namespace, result, render_json, render_markdown) -> No
                          f"such as {os.path.relpath(removed[0])}\n")
     # The change list is staged first: a change list that cannot be written stops the run
     # before any source is touched, and a source that cannot be written leaves no change list.
-    staged: list[tuple[str, str]] = []
-    try:
+    with staged_writes(TEMP_SUFFIX) as change_list:
         if args.changes != "-":
             json_path, md_path = _change_list_paths(args.changes)
             for path, text in ((json_path, render_json(result)), (md_path, render_markdown(result))):
                 try:
-                    staged.append((_stage(path, text), path))
+                    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                    change_list.stage(path, text.encode("utf-8"))
                 except OSError as exc:
                     raise UserError(
                         f"--changes {path}: cannot be written ({exc.strerror}); nothing was changed; "
@@ -212,13 +191,6 @@ def _write(args: argparse.Namespace, result, render_json, render_markdown) -> No
             write_files(result.changed_files, args.paths)
         except OSError as exc:
             raise UserError(f"{exc.filename or 'a file'}: cannot be written ({exc.strerror}); nothing was changed") from None
-    except BaseException:
-        for tmp, _path in staged:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        raise
-    for tmp, path in staged:
-        os.replace(tmp, path)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

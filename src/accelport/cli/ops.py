@@ -38,7 +38,10 @@ def run(args: argparse.Namespace) -> int:
         # Resolve the lists before tracing, so a bad --target or --oplist fails fast.
         targets = args.target or oplists.default_targets()
         for target in targets:
-            oplists.oplist_for(target)
+            try:
+                oplists.oplist_for(target)
+            except oplists.NoOpList as exc:
+                raise UserError(f"{exc} (--oplist FILE, or --on-device)") from None
     if args.on_device:
         trace = coverage.trace(args.factory, mode=args.mode, strategy=args.tracer, label=args.factory)
         report = coverage.check_on_device(trace, list(args.target or [None]), run_smoke=args.smoke)
@@ -76,6 +79,10 @@ def _check_offline(args: argparse.Namespace, targets: list[str]):
                                     f"{knowledge.vendor(target.partition('@')[0]).torch_device}")
             results[target] = result
     return CoverageReport(first, [results[t] for t in targets])
+
+
+# Library parameters whose flag has another dest (errors.InvalidValue names the parameter; the CLI words the flag).
+DEST_OF = {"vendor": "target"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

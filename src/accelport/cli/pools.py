@@ -304,6 +304,10 @@ def _route_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
 
 
+# Library parameters whose flag has another dest (errors.InvalidValue names the parameter; the CLI words the flag).
+DEST_OF = {"paths": "pools", "version": "k8s_version"}
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("pools", help="render, validate, route and submit one job across Slurm/Kubernetes pools per vendor", description=__doc__)
     sub = parser.add_subparsers(dest="pools_command", metavar="ACTION", required=True)

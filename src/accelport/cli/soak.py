@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from accelport.cli._output import check_range, check_save_path, emit, save_text
+from accelport.errors import UserError
 
 ORDER = 63
 
@@ -67,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         max_spikes=args.max_spikes,
     )
     duration = soak.parse_duration(args.duration) if args.duration else None
+    if args.steps is None and duration is None:
+        raise UserError("soak needs --steps or --duration")
 
     def echo(stream: str, line: str) -> None:
         (sys.stdout if stream == "stdout" else sys.stderr).write(line)
@@ -78,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
     save_text("--save", save, json.dumps(data, indent=2) + "\n")
     emit(json.dumps(data, indent=2) + "\n" if args.format == "json" else _render(data), args.output)
     return 0 if data["verdict"] == "pass" else 1
+
+
+# Library parameters whose flag has another dest (errors.InvalidValue names the parameter; the CLI words the flag).
+DEST_OF = {"duration_s": "duration"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

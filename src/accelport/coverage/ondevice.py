@@ -23,7 +23,7 @@ from accelport.coverage.check import (
 )
 from accelport.coverage.oplists import aten_facts
 from accelport.coverage.records import Trace, normalise
-from accelport.errors import UserError
+from accelport.errors import InvalidValue, ParameterHint, UserError
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def device_for(vendor: str | None) -> tuple[str, str]:
     if vendor is None:
         current = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
         if current is None:
-            raise UserError("no accelerator in this process; give --target VENDOR (its adapter is imported) or --target cpu")
+            raise ParameterHint("no accelerator in this process; name the vendor to check (its adapter is imported) or cpu", "vendor")
         profile = knowledge.vendor_for_device(current.type)
         return (profile.key if profile else current.type), current.type
     profile = knowledge.vendor(vendor)
@@ -45,9 +45,9 @@ def device_for(vendor: str | None) -> tuple[str, str]:
         try:
             importlib.import_module(profile.adapter_import)
         except Exception as exc:
-            raise UserError(
-                f"--on-device {vendor}: cannot import {profile.adapter_import} ({type(exc).__name__}: {exc}); "
-                f"install {profile.adapter_package or profile.adapter_import} on this machine, or check offline without --on-device"
+            raise InvalidValue(
+                "vendor", vendor, f"cannot import {profile.adapter_import} ({type(exc).__name__}: {exc}); "
+                f"install {profile.adapter_package or profile.adapter_import} on this machine, or check offline against the operator lists"
             ) from None
     return vendor, profile.torch_device
 

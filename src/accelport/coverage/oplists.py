@@ -30,6 +30,10 @@ _user_paths: list[Path] = []
 
 # Header keys of a list file; `ops` and `vendor` are required, the rest describe where it came from.
 _REQUIRED = ("vendor", "ops")
+
+
+class NoOpList(UserError):
+    """No operator list is known for a vendor (the CLI adds the flags that give one or check without one)."""
 _TEXT_KEYS = {"vendor", "backend", "version", "torch_version", "dispatch_key", "complete", "unlisted", "source", "licence"}
 
 
@@ -117,7 +121,7 @@ def _list_from_mapping(data: Mapping[str, Any], origin: str) -> OpList:
     if vendor not in knowledge.vendors():
         raise UserError(
             f"{origin}: unknown vendor {vendor!r}; use one of {', '.join(sorted(knowledge.vendors()))} "
-            "or add the vendor with --knowledge"
+            "or add the vendor in a site knowledge file"
         )
     complete = data.get("complete", True)
     if isinstance(complete, str):
@@ -166,7 +170,7 @@ def _read_text_list(text: str, origin: str) -> dict[str, Any]:
 
 
 def read_user_list(path: Path) -> OpList:
-    text = read_input_text(path, "operator list", hint=f"check --oplist or ${ENV_VAR}")
+    text = read_input_text(path, "operator list", hint=f"check the path, given directly or in ${ENV_VAR}")
     if path.suffix == ".json":
         try:
             data = json.loads(text)
@@ -213,9 +217,9 @@ def oplist_for(target: str) -> OpList:
     lists = known_oplists().get(vendor)
     if not lists:
         have = ", ".join(sorted(known_oplists())) or "none"
-        raise UserError(
+        raise NoOpList(
             f"no operator list for vendor {vendor!r} (lists exist for: {have}); "
-            "add one with --oplist FILE, or check on the machine itself with --on-device"
+            "add a list of your own, or check on the machine itself against its dispatcher"
         )
     if not version:
         return lists[0]

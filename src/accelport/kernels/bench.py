@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from accelport.kernels import configs, hardware, registry
+from accelport.errors import InvalidValue
+from accelport.kernels import configs, hardware
 from accelport.kernels.registry import Case, Operator
 
 CPU_NOTE = "CPU: timed the PyTorch reference path (Triton kernels need an accelerator to be timed)"
@@ -182,22 +183,22 @@ def check_device(device: Any) -> None:
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError):
-        raise registry.KernelError(
-            f"--device {device}: not a device type torch knows here; write e.g. cpu, cuda or cuda:0 "
+        raise InvalidValue(
+            "device", device, "not a device type torch knows here; write e.g. cpu, cuda or cuda:0 "
             "(a vendor type such as npu needs the vendor's torch adapter installed)"
         ) from None
     if device.type in ("cpu", "meta"):
         return
     module = getattr(torch, device.type, None)
     if module is None or not hasattr(module, "is_available") or not module.is_available():
-        raise registry.KernelError(
-            f"--device {device}: no {device.type} device on this machine; use --device cpu to run here "
+        raise InvalidValue(
+            "device", device, f"no {device.type} device on this machine; use cpu to run here "
             "(Triton kernels then run under the interpreter, TRITON_INTERPRET=1), or run on a machine that has one"
         )
     count = module.device_count() if hasattr(module, "device_count") else None
     if device.index is not None and count is not None and device.index >= count:
-        raise registry.KernelError(
-            f"--device {device}: this machine has {count} {device.type} device(s), numbered from 0; choose one of them"
+        raise InvalidValue(
+            "device", device, f"this machine has {count} {device.type} device(s), numbered from 0; choose one of them"
         )
 
 

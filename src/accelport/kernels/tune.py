@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport import __version__
-from accelport.errors import UserError
+from accelport.errors import ParameterHint, UserError
 from accelport.fileio import atomic_write_text
 from accelport.kernels import bench, configs, hardware, tl_compat
 from accelport.kernels.registry import Case, Operator
@@ -110,13 +110,13 @@ def tune(
 def _existing(path: Path, key: str) -> list[configs.TunedEntry]:
     """The entries already in the table at `path` (none if it does not exist); a UserError if it is not ours to merge."""
     if path.is_dir():
-        raise UserError(f"{path}: is a folder; give --table a file name, e.g. {path / f'tuned-{key}.json'}")
+        raise ParameterHint(f"{path}: is a folder; give the table a file name, e.g. {path / f'tuned-{key}.json'}", "table")
     if not path.exists():
         return []
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"{path}: cannot read the tuned table to merge into ({exc.strerror}); choose another --table") from None
+        raise ParameterHint(f"{path}: cannot read the tuned table to merge into ({exc.strerror}); choose another table file", "table") from None
     existing = configs.read_table(text, str(path))
     holds = json.loads(text)["device_key"]  # read_table has checked it is there
     if holds != key:
@@ -133,11 +133,11 @@ def check_table(path: Path, device: Any) -> None:
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise UserError(f"{path}: {parent} is not a folder (a file is in the way); choose another --table") from None
+        raise ParameterHint(f"{path}: {parent} is not a folder (a file is in the way); choose another table file", "table") from None
     except OSError as exc:
-        raise UserError(f"{path}: cannot create its folder {parent} ({exc.strerror}); choose another --table") from None
+        raise ParameterHint(f"{path}: cannot create its folder {parent} ({exc.strerror}); choose another table file", "table") from None
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{path}: folder {parent} is not writable; choose another --table")
+        raise ParameterHint(f"{path}: folder {parent} is not writable; choose another table file", "table")
 
 
 def write_table(path: Path, device: Any, entries: Sequence[configs.TunedEntry]) -> None:
@@ -169,5 +169,5 @@ def write_table(path: Path, device: Any, entries: Sequence[configs.TunedEntry]) 
     try:
         atomic_write_text(path, text)
     except OSError as exc:
-        raise UserError(f"{path}: cannot write the tuned table ({exc.strerror}); choose another --table") from None
+        raise ParameterHint(f"{path}: cannot write the tuned table ({exc.strerror}); choose another table file", "table") from None
     configs.clear_tuned_cache()

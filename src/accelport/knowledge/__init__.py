@@ -114,11 +114,11 @@ def _user_data() -> tuple[tuple[Path, dict[str, Any]], ...]:
     for path in user_files():
         from accelport.fileio import read_input_text
 
-        text = read_input_text(path, "knowledge file", hint=f"check --knowledge or ${ENV_VAR}")
+        text = read_input_text(path, "knowledge file", hint=f"check the path, given directly or in ${ENV_VAR}")
         try:
             loaded.append((path, toml_parser().loads(text)))
         except toml_parser().TOMLDecodeError as exc:
-            raise UserError(f"{path}: not valid TOML ({exc}); fix the file or drop it from --knowledge") from None
+            raise UserError(f"{path}: not valid TOML ({exc}); fix the file or stop naming it as a knowledge file") from None
     return tuple(loaded)
 
 

@@ -6,12 +6,11 @@ import logging
 import os
 import stat
 import subprocess
-import tempfile
 from collections.abc import Sequence
-from contextlib import suppress
 from pathlib import Path
 
-from accelport.errors import UserError
+from accelport.errors import ParameterHint, UserError
+from accelport.fileio import staged_writes
 from accelport.migrate.model import FileMigration
 from accelport.source.walk import TEMP_SUFFIX, inside, read_regular
 
@@ -23,9 +22,9 @@ def _git_root(path: str) -> str:
     try:
         found = subprocess.run(["git", "-C", folder, "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False)
     except FileNotFoundError:
-        raise UserError(f"{path}: git is not installed, so uncommitted work cannot be protected; pass --force") from None
+        raise ParameterHint(f"{path}: git is not installed, so uncommitted work cannot be protected; force the write to go ahead", "force") from None
     if found.returncode != 0:
-        raise UserError(f"{path}: not in a git work tree, so the rewrite could not be undone; commit it to git first or pass --force")
+        raise ParameterHint(f"{path}: not in a git work tree, so the rewrite could not be undone; commit it to git first or force the write", "force")
     return found.stdout.strip()
 
 
@@ -75,8 +74,7 @@ def write_files(files: Sequence[FileMigration], roots: Sequence[str] | None = No
     was read is not overwritten either: UserError, nothing written.
     """
     trees = [(os.path.realpath(root), os.path.isdir(root)) for root in roots or ()]
-    staged: list[tuple[str, str]] = []
-    try:
+    with staged_writes(TEMP_SUFFIX) as staging:
         for migration in files:
             if not migration.changed or migration.disk_path is None:
                 continue
@@ -96,22 +94,8 @@ def write_files(files: Sequence[FileMigration], roots: Sequence[str] | None = No
                     current = None
                 if current != _encoded(migration, migration.original):
                     raise UserError(f"{migration.path}: changed on disk since it was read; run migrate again")
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
-            staged.append((tmp, str(target)))
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(_encoded(migration, migration.migrated))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp, 0o644 if migration.creates else target.stat().st_mode & 0o7777)
-    except BaseException:
-        for tmp, _target in staged:
-            with suppress(FileNotFoundError):
-                os.unlink(tmp)
-        raise
-    written = []
-    for tmp, target in staged:
-        os.replace(tmp, target)
-        written.append(target)
+            staging.stage(target, _encoded(migration, migration.migrated))
+        written = [str(target) for _tmp, target in staging.pending]
     return written
 
 

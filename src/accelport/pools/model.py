@@ -17,7 +17,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from accelport import knowledge
-from accelport.errors import UserError
+from accelport.errors import ParameterHint, UserError
 from accelport.fileio import read_input_text
 from accelport.knowledge import VendorProfile
 
@@ -569,14 +569,14 @@ def pools_from_toml(path: str | Path) -> list[Pool]:
 def load_pools(paths: list[str | Path]) -> list[Pool]:
     """Pools from several files; two pools with one name are an error."""
     if not paths:
-        raise UserError("no pool files given; pass --pools FILE (see examples/pools/)")
+        raise ParameterHint("no pool files given; name at least one (see examples/pools/)", "paths")
     pools: list[Pool] = []
     seen: dict[str, str] = {}
     files: set[Path] = set()
     for path in paths:
         resolved = Path(path).resolve()
         if resolved in files:
-            raise UserError(f"{path}: given twice with --pools; give each pool file once")
+            raise ParameterHint(f"{path}: given twice as a pool file; give each pool file once", "paths")
         files.add(resolved)
         for pool in pools_from_toml(path):
             if pool.name in seen:

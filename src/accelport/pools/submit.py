@@ -7,7 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from accelport.errors import UserError
+from accelport.errors import ParameterHint
 from accelport.fileio import atomic_write_text
 from accelport.pools.render import Artefact
 
@@ -40,6 +40,6 @@ def submit(artefact: Artefact, workdir: str | Path, *, dry_run: bool = False, ti
     if dry_run:
         return Submission(tuple(argv), str(path), True)
     if shutil.which(argv[0]) is None:
-        raise UserError(f"{argv[0]} not found on PATH; install the {argv[0]} client or use --dry-run to see the command")
+        raise ParameterHint(f"{argv[0]} not found on PATH; install the {argv[0]} client, or make a dry run to see the command", "dry_run")
     done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
     return Submission(tuple(argv), str(path), False, done.returncode, (done.stdout + done.stderr).strip())

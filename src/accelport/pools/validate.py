@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from accelport.errors import MissingDependency, UserError
+from accelport.errors import InvalidValue, MissingDependency
 from accelport.pools.launch import scheduler_facts
 from accelport.pools.slurm import DirectiveError, directive_arguments
 
@@ -84,8 +84,8 @@ def check_k8s_version(version: str) -> str:
     known = sorted({".".join(v.split(".")[:2]) for v in kv.utils.all_versions()}, key=lambda v: tuple(int(p) for p in v.split(".")))
     wanted = re.match(r"^v?(\d+)\.(\d+)(?:\.\d+)?$", version.strip())
     if wanted is None or f"{wanted[1]}.{wanted[2]}" not in known:
-        raise UserError(
-            f"--k8s-version {version!r}: no schemas for it in kubernetes-validate; use one of {known[0]} ... {known[-1]}"
+        raise InvalidValue(
+            "version", repr(version), f"no schemas for it in kubernetes-validate; use one of {known[0]} ... {known[-1]}"
         )
     return version
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from accelport import __version__
-from accelport.errors import UserError
+from accelport.errors import InvalidValue, UserError
 from accelport.runtime import redirect
 
 INVENTORY_SCHEMA = "accelport-run-1"
@@ -101,9 +101,9 @@ def check_device(device: str) -> None:
     kind, colon, index = device.partition(":")
     known = device_types()
     if kind not in known:
-        raise UserError(f"--device {device}: not a device type; use one of {', '.join(known)} (optionally TYPE:INDEX)")
+        raise InvalidValue("device", device, f"not a device type; use one of {', '.join(known)} (optionally TYPE:INDEX)")
     if colon and not (index.isdigit() and index.isascii()):
-        raise UserError(f"--device {device}: the index after ':' must be a number, as in {kind}:0")
+        raise InvalidValue("device", device, f"the index after ':' must be a number, as in {kind}:0")
 
 
 def run_program(command: list[str], device: str | None = None, quiet: bool = False) -> RunResult:

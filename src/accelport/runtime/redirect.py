@@ -427,11 +427,10 @@ class Shim:
         }
 
     def write_record(self, folder: str) -> None:
-        path = os.path.join(folder, f"{os.getpid()}.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
+        from accelport.fileio import atomic_open
+
+        with atomic_open(os.path.join(folder, f"{os.getpid()}.json")) as handle:
             json.dump(self.record(), handle)
-        os.replace(tmp, path)
 
 
 _SHIM: Shim | None = None
@@ -454,8 +453,8 @@ def _choose_target(torch: Any, requested: str | None) -> Any:
     kind = requested.split(":")[0]
     if kind != "cpu" and (current is None or current.type != kind):
         have = current.type if current is not None else "none"
-        sys.stderr.write(f"accelport run: --device {requested}: no such accelerator here (current accelerator: {have}); "
-                         "run on a machine that has it, or pass --device cpu\n")
+        sys.stderr.write(f"accelport run: device {requested}: no such accelerator here (current accelerator: {have}); "
+                         "run on a machine that has it, or choose the cpu device\n")
         raise SystemExit(2)
     return torch.device(requested)
 

@@ -254,7 +254,7 @@ def discover(
 
 
 def _too_large(size: int, limit: int) -> str:
-    return f"larger than the {limit // (1024 * 1024)} MiB limit ({size} bytes); raise it with --max-file-size"
+    return f"larger than the {limit // (1024 * 1024)} MiB limit ({size} bytes); raise max_file_size to scan it"
 
 
 def _walk(

@@ -135,7 +135,7 @@ class Spec:
 def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec; every problem is a UserError naming the file and the key."""
     path = Path(path)
-    text = read_input_text(path, "spec", hint="write one (see `accelport accept --help`)")
+    text = read_input_text(path, "spec", hint="write one (see docs/accept.md)")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -13,7 +13,7 @@ from accelport.fileio import read_input_text
 def read_saved(path: str | Path, command: str, kind: str) -> dict[str, Any]:
     """The JSON object saved by `accelport <command> --save`; UserError naming the file otherwise."""
     path = Path(path)
-    how = f"pass a file saved by `accelport {command} --save FILE`"
+    how = saved_by(command)
     text = read_input_text(path, f"{command} result", hint=how)
     try:
         data = json.loads(text)
@@ -22,6 +22,16 @@ def read_saved(path: str | Path, command: str, kind: str) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("kind") != kind:
         raise UserError(f"{path}: not an accelport {command} result (kind is not {kind!r}); {how}")
     return data
+
+
+def saved_by(command: str) -> str:
+    """The fix for a file that is not a result at all (the flag that saves one is the CLI's to name)."""
+    return f"pass a result file saved by `accelport {command}`"
+
+
+def rerun(command: str) -> str:
+    """The fix for a result with a missing or broken field."""
+    return f"re-run `accelport {command}` and save its result again to write a complete one"
 
 
 # Field kinds for `check_fields`: what a saved result must hold before anything reads it.
@@ -43,7 +53,7 @@ def check_fields(data: dict[str, Any], fields: dict[str, str], path: str | Path,
 
     With `optional`, missing keys are allowed (and null counts as missing); present ones must fit.
     """
-    how = f"re-run `accelport {command} --save FILE` to write a complete result"
+    how = rerun(command)
     for key, kind in fields.items():
         name = f"{where}{key}"
         if key not in data or (optional and data[key] is None):

@@ -46,7 +46,7 @@ class Mapping:
         if path is None:
             return cls()
         path = Path(path)
-        text = read_input_text(path, "mapping file", hint="check --map")
+        text = read_input_text(path, "mapping file", hint="check the path of the record-name mapping")
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:

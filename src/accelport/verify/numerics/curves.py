@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelport.errors import InvalidValue, UserError
+from accelport.errors import InvalidValue, ParameterHint, UserError
 from accelport.fileio import read_input
 from accelport.verify.numerics import tfevents
 
@@ -317,7 +317,7 @@ class CurvesResult:
                 fig.savefig(handle, format="png", dpi=100)
         except OSError as exc:
             why = "a part of the path is a file, not a folder" if isinstance(exc, FileExistsError | NotADirectoryError) else exc.strerror or str(exc)
-            raise UserError(f"{path}: cannot write the PNG ({why}); choose another --png path") from None
+            raise ParameterHint(f"{path}: cannot write the PNG ({why}); choose another path for it", "png") from None
         finally:
             plt.close(fig)
 

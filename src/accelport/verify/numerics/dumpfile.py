@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from accelport.errors import UserError
-from accelport.fileio import open_regular
+from accelport.fileio import atomic_open, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -213,14 +213,12 @@ class TensorStore:
             # Offsets in the manifest are relative to the data section, so they stay right.
             self._file.close()
             size = len(header) + 1024
-            tmp = path.with_name(path.name + ".tmp")
-            with open(path, "rb") as src, open(tmp, "wb") as dst:
+            with atomic_open(path, "wb", encoding=None) as dst, open(path, "rb") as src:
                 (length,) = struct.unpack("<Q", src.read(8))
                 src.seek(8 + length)
                 dst.write(_header_block(self._entries, size))
                 while chunk := src.read(16 << 20):
                     dst.write(chunk)
-            os.replace(tmp, path)
         self._reserve = max(self._reserve, 2 * len(header))
         self._file = None
         self._step = None

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from accelport import __version__
-from accelport.errors import UserError
-from accelport.verify.saved import read_saved
+from accelport.errors import ParameterHint, UserError
+from accelport.verify.saved import read_saved, rerun, saved_by
 
 log = logging.getLogger(__name__)
 
@@ -332,13 +332,13 @@ class BenchResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> BenchResult:
         if not isinstance(data, dict) or data.get("kind") != RESULT_KIND:
-            raise UserError(f"{source}: not an accelport bench result (kind != {RESULT_KIND!r}); pass a file saved by `accelport bench --save`")
+            raise UserError(f"{source}: not an accelport bench result (kind != {RESULT_KIND!r}); {saved_by('bench')}")
         times = data.get("times_s")
         if not isinstance(times, list) or not times or not all(isinstance(t, int | float) and t > 0 for t in times):
-            raise UserError(f"{source}: bench result has no valid times_s; re-run `accelport bench --save`")
+            raise UserError(f"{source}: bench result has no valid times_s; {rerun('bench')}")
         params = data.get("params") or {}
         if not isinstance(params, dict):
-            raise UserError(f"{source}: bench result: 'params' must be an object; re-run `accelport bench --save`")
+            raise UserError(f"{source}: bench result: 'params' must be an object; {rerun('bench')}")
         return cls(
             scenario=str(data.get("scenario", "default")),
             times_s=[float(t) for t in times],
@@ -466,10 +466,10 @@ def compare(test: BenchResult, baseline: BenchResult, floor: float = DEFAULT_FLO
         raise UserError(f"floor must be positive (got {floor}); use e.g. 0.6 for 60% of the baseline")
     differences = scenario_differences(test, baseline)
     if differences and not allow_mismatch:
-        raise UserError(
+        raise ParameterHint(
             f"{test.source or 'test result'} vs baseline {baseline.source or 'result'}: different scenarios "
             f"({'; '.join(differences)}); benchmark the same scenario on both machines, or allow the mismatch "
-            "(`--allow-mismatch`, or allow_mismatch = true in the accept spec) to compare throughput anyway"
+            "to compare throughput anyway (in an accept spec: allow_mismatch = true)", "allow_mismatch"
         )
     t_low, t_high = test.ci_s
     b_low, b_high = baseline.ci_s
@@ -665,7 +665,7 @@ def run_command(
             if proc.returncode is not None and proc.returncode > 0 and not rule.done(times, time.monotonic() - started):
                 raise UserError(f"{' '.join(command)}: exited with code {proc.returncode} after {len(records)} step(s); fix the script and re-run")
             if len(times) <= rule.warmup:
-                raise UserError(f"{' '.join(command)}: only {len(times)} measured step interval(s) for {rule.warmup} warm-up steps; run more steps or lower --warmup")
+                raise ParameterHint(f"{' '.join(command)}: only {len(times)} measured step interval(s) for {rule.warmup} warm-up steps; run more steps or lower the warm-up", "warmup")
             peaks = [r.get("device_peak") for r in records[rule.warmup :] if r.get("device_peak") is not None]
             samples = samples_per_step or _per_step(records, "samples")
             tokens = tokens_per_step or _per_step(records, "tokens")

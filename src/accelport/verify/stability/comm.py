@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelport.errors import UserError
-from accelport.verify.saved import check_fields, read_saved
+from accelport.errors import InvalidValue, UserError
+from accelport.verify.saved import check_fields, read_saved, rerun
 
 RESULT_KIND = "accelport.comm"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
@@ -136,7 +136,7 @@ def run(
 ) -> CommResult:
     """Run the collectives across `ranks` local processes; returns rows in nccl-tests' layout."""
     if ranks < 2:
-        raise UserError(f"--ranks {ranks}: collectives need at least 2 processes")
+        raise InvalidValue("ranks", ranks, "collectives need at least 2 processes")
     unknown = [c for c in collectives if c not in COLLECTIVES]
     if unknown:
         raise UserError(f"unknown collective(s) {', '.join(unknown)}; choose from {', '.join(COLLECTIVES)}")
@@ -231,14 +231,13 @@ def load_result(path: str | Path) -> dict[str, Any]:
     data = read_saved(path, "comm", RESULT_KIND)
     check_fields(data, _SAVED_FIELDS, path, "comm")
     if data["verdict"] not in ("pass", "fail"):
-        raise UserError(f"{path}: comm result: 'verdict' must be \"pass\" or \"fail\"; re-run `accelport comm --save FILE`")
+        raise UserError(f"{path}: comm result: 'verdict' must be \"pass\" or \"fail\"; {rerun('comm')}")
     for index, row in enumerate(data["rows"]):
         if not isinstance(row, dict):
-            raise UserError(f"{path}: comm result: 'rows[{index}]' must be an object; re-run `accelport comm --save FILE`")
+            raise UserError(f"{path}: comm result: 'rows[{index}]' must be an object; {rerun('comm')}")
         check_fields(row, _SAVED_ROW, path, "comm", where=f"rows[{index}].")
         if row["size"] <= 0:
-            raise UserError(f"{path}: comm result: 'rows[{index}].size' must be positive (got {row['size']}); "
-                            "re-run `accelport comm --save FILE`")
+            raise UserError(f"{path}: comm result: 'rows[{index}].size' must be positive (got {row['size']}); {rerun('comm')}")
     return data
 
 

@@ -40,9 +40,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelport.errors import UserError
+from accelport.errors import InvalidValue, UserError
 from accelport.verify.perf import bench
-from accelport.verify.saved import check_fields, read_saved
+from accelport.verify.saved import check_fields, read_saved, rerun, saved_by
 
 RESULT_KIND = "accelport.soak"
 MEMORY_SERIES = ("rss", "heap", "device_allocated", "device_reserved")
@@ -347,11 +347,11 @@ def _memory_snapshot(directory: Path | None) -> str | None:
 
 def _check_length(steps: int | None, duration_s: float | None) -> None:
     if steps is None and duration_s is None:
-        raise UserError("soak needs --steps or --duration")
+        raise UserError("soak needs steps or duration_s: a run must end")
     if steps is not None and steps < 1:
-        raise UserError(f"--steps {steps}: must be 1 <= steps")
+        raise InvalidValue("steps", steps, "must be 1 <= steps")
     if duration_s is not None and not duration_s > 0:
-        raise UserError(f"--duration {duration_s:g} s: must be positive, e.g. 90s, 30m, 72h")
+        raise InvalidValue("duration_s", f"{duration_s:g} s", "must be positive, e.g. 90s, 30m, 72h")
 
 
 def run(
@@ -593,16 +593,16 @@ def load_result(path: str | Path) -> dict[str, Any]:
     """A result saved by `accelport soak --save`, checked field by field (UserError naming the file and key)."""
     data = read_saved(path, "soak", RESULT_KIND)
     if data.get("verdict") not in ("pass", "fail"):
-        raise UserError(f"{path}: soak result without a verdict; pass a file saved by `accelport soak --save FILE`")
+        raise UserError(f"{path}: soak result without a verdict; {saved_by('soak')}")
     check_fields(data, _SAVED_FIELDS, path, "soak")
     for key, fit in data["slopes"].items():
         if not isinstance(fit, dict):
-            raise UserError(f"{path}: soak result: 'slopes.{key}' must be an object; re-run `accelport soak --save FILE`")
+            raise UserError(f"{path}: soak result: 'slopes.{key}' must be an object; {rerun('soak')}")
         check_fields(fit, _SAVED_SLOPE, path, "soak", where=f"slopes.{key}.")
         check_fields(fit, {"relative": "number?"}, path, "soak", where=f"slopes.{key}.", optional=True)
     for index, sample in enumerate(data["samples"]):
         if not isinstance(sample, dict):
-            raise UserError(f"{path}: soak result: 'samples[{index}]' must be an object; re-run `accelport soak --save FILE`")
+            raise UserError(f"{path}: soak result: 'samples[{index}]' must be an object; {rerun('soak')}")
         check_fields(sample, {"step": "number"}, path, "soak", where=f"samples[{index}].")
         check_fields(sample, _SAVED_SAMPLE_OPTIONAL, path, "soak", where=f"samples[{index}].", optional=True)
     if data["hang"] is not None:
