@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from accelport.errors import UserError
-from accelport.verify.perf import profile, trace
+from accelport.verify.perf import breakdown, profile, profile_diff, trace
 
 try:
     import torch
@@ -430,7 +430,7 @@ def test_trace_loader_reads_odd_but_valid_fields_and_names_the_file_on_bad_ones(
 @needs_torch
 def test_large_traces_are_read_in_parallel_with_the_same_result(real_traces, monkeypatch):
     one_by_one = profile.diff_traces(*real_traces["training"])
-    monkeypatch.setattr(profile, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(breakdown, "PARALLEL_BYTES", 0)
     started = []
 
     class CountingExecutor(concurrent.futures.ProcessPoolExecutor):
@@ -677,14 +677,14 @@ def test_rank_sum_p_follows_the_exact_permutation_p(shift):
     rng = random.Random(7)
     a = [rng.gauss(0, 1) for _ in range(8)]
     b = [rng.gauss(shift, 1) for _ in range(8)]
-    approx, exact = profile._rank_sum_p(a, b), _exact_rank_sum_p(a, b)
+    approx, exact = profile_diff._rank_sum_p(a, b), _exact_rank_sum_p(a, b)
     assert approx == pytest.approx(exact, abs=0.02)
-    assert profile._rank_sum_p(b, a) == pytest.approx(approx)
+    assert profile_diff._rank_sum_p(b, a) == pytest.approx(approx)
 
 
 def test_rank_sum_p_of_identical_samples_is_one():
-    assert profile._rank_sum_p([5.0] * 6, [5.0] * 6) == 1.0
-    assert profile._rank_sum_p([1.0, 2.0], []) == 1.0
+    assert profile_diff._rank_sum_p([5.0] * 6, [5.0] * 6) == 1.0
+    assert profile_diff._rank_sum_p([1.0, 2.0], []) == 1.0
 
 
 @needs_trace_reader
