@@ -25,15 +25,18 @@ HOST_BOUND_SHARE = 0.5
 NOISE_SHARE = 0.005  # a row that moved less than 0.5% of the step time gets no "slower" tag
 
 # How sure a diff row is (see `_significance`): a structural change (an op appears, goes or
-# changes its call count) is certain; a changed time is significant when it holds across the
-# profiled steps, beyond what a row of an identical pair moves.
+# changes its call count) is certain; a changed time is significant when it is beyond what
+# rows move between two captures of the same program (see `_between_captures`).
 STRUCTURAL = "structural"
 SIGNIFICANT = "significant"
 NOISE = "noise"
-UNKNOWN = "unknown"  # too few steps on a side to tell
-FAMILY_ALPHA = 0.01  # chance that a pair of identical programs shows any significant row
+UNKNOWN = "unknown"  # too few steps on a side, or too few rows, to tell
+FAMILY_ALPHA = 0.001  # chance that a pair of identical programs shows any significant row (see `_significance`)
 MIN_STEPS = 4  # per side, for a per-step comparison
+MIN_ROWS = 3  # rows tested together: a row's change is judged against the spread of the others'
+LOW_QUANTILE = 0.25  # a row's time in a capture: the lower quartile of its steps (see `_row_change`)
 STRUCTURAL_TAGS = frozenset({"new-op", "missing-op", "more-calls", "fewer-calls"})
+
 
 @dataclass(frozen=True)
 class DiffRow:
@@ -45,7 +48,7 @@ class DiffRow:
     share: float  # fraction of the end-to-end delta
     why: tuple[str, ...]
     significance: str = UNKNOWN  # STRUCTURAL, SIGNIFICANT, NOISE or UNKNOWN (see `_significance`)
-    p_value: float | None = None  # of the per-step comparison (the larger of time and share)
+    p_value: float | None = None  # of the between-captures test (`_between_captures`), uncorrected
 
     @property
     def ratio(self) -> float | None:
@@ -73,6 +76,9 @@ class ProfileDiff:
     base: TraceProfile
     test: TraceProfile
     rows: list[DiffRow]
+    # test/base of the median row tested for significance: the shift the whole capture took
+    # (a busier machine, a faster device), which no single row is blamed for; None when untested
+    shift: float | None = None
 
     @property
     def total_delta(self) -> float:
@@ -92,6 +98,7 @@ class ProfileDiff:
             "total_delta_us": self.total_delta,
             "ratio": self.ratio,
             "rows_delta_sum_us": sum(r.delta for r in self.rows),
+            "capture_shift": self.shift,
             "rows": [r.to_dict() for r in self.rows],
         }
 
@@ -133,68 +140,155 @@ def _why(base: OpStats | None, test: OpStats | None, test_has_device: bool, key:
     return tuple(tags)
 
 
-def _rank_sum_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided p-value of the Mann-Whitney U test of samples a and b.
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted values, interpolated between the two nearest."""
+    at = q * (len(ordered) - 1)
+    low = math.floor(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
-    The normal approximation with the tie correction and a continuity correction
-    (Mann & Whitney 1947; the tie term as in Lehmann, Nonparametrics, 1975). Rank-based:
-    one preempted step weighs no more than any other step that is merely the largest.
+
+def _quantile_error(ordered: Sequence[float], q: float) -> float:
+    """Standard error of the q-quantile of sorted values, free of any assumed distribution.
+
+    How many of n values fall below the true quantile is binomial(n, q); the values whose
+    ranks lie one binomial standard deviation either side of n*q bracket it about as one
+    standard error does a mean, so half their distance is the error. A side whose slow
+    steps reach into the quartile gets a wide bracket and counts as the noisy side it is.
     """
-    n1, n2 = len(a), len(b)
-    n = n1 + n2
-    if n1 == 0 or n2 == 0:
-        return 1.0
-    ordered = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
-    rank_sum_a = 0.0
-    ties = 0.0
-    i = 0
-    while i < n:
-        j = i
-        while j + 1 < n and ordered[j + 1][0] == ordered[i][0]:
-            j += 1
-        average = (i + j) / 2 + 1
-        rank_sum_a += average * sum(1 for k in range(i, j + 1) if ordered[k][1] == 0)
-        ties += (j - i + 1) ** 3 - (j - i + 1)
-        i = j + 1
-    u = rank_sum_a - n1 * (n1 + 1) / 2
-    variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
-    if variance <= 0:
-        return 1.0
-    z = max(abs(u - n1 * n2 / 2) - 0.5, 0.0) / math.sqrt(variance)
-    return math.erfc(z / math.sqrt(2))
+    n = len(ordered)
+    spread = math.sqrt(n * q * (1 - q))
+    low = max(0, math.floor(n * q - spread))
+    high = min(n - 1, math.ceil(n * q + spread) - 1)
+    return (ordered[high] - ordered[low]) / 2
 
 
-def _significance(base: TraceProfile, test: TraceProfile, b: OpStats | None, t: OpStats | None,
-                  why: tuple[str, ...], noise_floor: float, tests: int) -> tuple[str, float | None]:
+def _t_two_sided_p(t: float, df: int) -> float:
+    """P(|T| >= |t|) for Student's t with `df` (a positive integer) degrees of freedom.
+
+    The finite series of Abramowitz & Stegun 26.7.3 (odd df) and 26.7.4 (even df).
+    """
+    theta = math.atan(abs(t) / math.sqrt(df))
+    cos2, sin = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:
+        term = total = math.cos(theta) if df > 1 else 0.0
+        for k in range(3, df - 1, 2):
+            term *= cos2 * (k - 1) / k
+            total += term
+        inside = 2 / math.pi * (theta + sin * total)
+    else:
+        term = total = 1.0
+        for k in range(2, df - 1, 2):
+            term *= cos2 * (k - 1) / k
+            total += term
+        inside = sin * total
+    return min(1.0, max(0.0, 1.0 - inside))
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """How one row's time moved from the base capture to the test capture, on a log scale."""
+
+    log_ratio: float  # log(test / base) of the row's lower quartile over each side's steps
+    error: float  # its standard error, from the spread of each side's steps
+    base: float  # the row's lower quartile over the base steps, microseconds
+    test: float  # and over the test steps
+
+    @property
+    def delta(self) -> float:
+        return self.test - self.base
+
+
+def _row_change(b: OpStats, t: OpStats, offset: float) -> RowChange:
+    """The row's change from its lower quartile over each side's steps.
+
+    Interference only ever adds time to a step, and on a loaded machine it can hit more
+    than half of them (an op preempted in 9 of 12 steps): a quartile still sees the op's
+    own cost where a median does not. `offset` (the noise floor) is added to every step
+    before the log, so that a row of a few microseconds cannot move by a large factor.
+    """
+    base = sorted(math.log(x + offset) for x in b.per_step)
+    test = sorted(math.log(x + offset) for x in t.per_step)
+    return RowChange(
+        log_ratio=_quantile(test, LOW_QUANTILE) - _quantile(base, LOW_QUANTILE),
+        error=math.hypot(_quantile_error(base, LOW_QUANTILE), _quantile_error(test, LOW_QUANTILE)),
+        base=_quantile(sorted(b.per_step), LOW_QUANTILE),
+        test=_quantile(sorted(t.per_step), LOW_QUANTILE),
+    )
+
+
+def _between_captures(changes: dict[tuple[str, str], RowChange]) -> dict[tuple[str, str], tuple[float, float]]:
+    """(p-value, change beyond the other rows') of each row: is its change more than rows move between captures?
+
+    Two captures of the same program differ by more than their steps do: the machine is
+    busier or quieter during one of them (every row moves together), and it does not move
+    every op alike (on a shared 2-core CPU, gelu ran 3.6x slower in every step of one of two
+    captures, its linears 2x, the other ops not at all). Steps within one capture cannot show
+    that; the other rows of the same pair can. So each row's log change is tested against
+    the other rows' log changes: their mean is the shift the whole capture took, their
+    standard deviation how far rows of an identical pair stray from it. The statistic is
+    the row's externally studentized deviation, (d - mean) / sqrt(sd^2 (1 + 1/m) + e^2)
+    over the m other rows, plus the row's own error e from its steps; it follows Student's
+    t with m - 1 degrees of freedom when the rows' changes scatter normally around the
+    shift (the Bonferroni outlier test). A real change in one op stands out of that spread;
+    a machine-wide slowdown moves the mean, not the row.
+    """
+    found = {}
+    for key, change in changes.items():
+        others = [c for other, c in changes.items() if other != key]
+        m = len(others)
+        if m < MIN_ROWS - 1:
+            continue
+        shift = statistics.fmean(c.log_ratio for c in others)
+        spread = statistics.variance([c.log_ratio for c in others], shift)
+        noise = statistics.fmean(c.error**2 for c in others)  # the part of the spread the steps explain
+        between = max(spread - noise, 0.0)
+        scale = math.sqrt(between * (1 + 1 / m) + change.error**2 + noise / m)
+        excess = change.log_ratio - shift
+        if scale <= 0:
+            found[key] = (1.0 if excess == 0 else 0.0, excess)
+            continue
+        found[key] = (_t_two_sided_p(excess / scale, m - 1), excess)
+    return found
+
+
+def _testable(base: TraceProfile, test: TraceProfile, b: OpStats | None, t: OpStats | None,
+              why: tuple[str, ...]) -> bool:
+    """Whether a row's changed time can be tested: on both sides, enough steps, not structural."""
+    if STRUCTURAL_TAGS.intersection(why) or b is None or t is None:
+        return False
+    if min(len(b.per_step), len(t.per_step)) < MIN_STEPS:
+        return False
+    return len(b.per_step) == len(base.step_times) and len(t.per_step) == len(test.step_times)
+
+
+def _significance(why: tuple[str, ...], change: RowChange | None, tested: tuple[float, float] | None,
+                  noise_floor: float, tests: int) -> tuple[str, float | None]:
     """How sure the row's change is: (STRUCTURAL | SIGNIFICANT | NOISE | UNKNOWN, p-value).
 
     An op that appears, goes or changes its call count is a structural change: no noise
-    makes one. A changed time is compared step by step: the row's time in each profiled
-    step of one side against the other's, and its share of each step likewise. Both
-    must differ (rank-sum test, Bonferroni-corrected over the rows tested, so that an
-    identical pair shows a significant row with probability below FAMILY_ALPHA), and the
-    change of the median step must pass the noise floor and RELATIVE_NOISE. Time alone is not enough: a
-    machine that is busier while one side is captured makes every row slower but leaves
-    their shares where they were; share alone is not enough either: one op that gets
-    slower shrinks the share of every other.
+    makes one. A changed time is significant when it is more than rows move between two
+    captures of the same program (`_between_captures`), at FAMILY_ALPHA Bonferroni-corrected
+    over the rows tested, so that an identical pair shows a significant row with
+    probability below FAMILY_ALPHA (0.001: 20 identical pairs all come out clean with
+    probability 0.999^20, about 98%; at 0.01 only 82%); and when it matters: the change
+    of the row's lower quartile passes the noise floor and RELATIVE_NOISE of the row, in
+    the same direction as its change beyond the other rows'. A row that only followed a
+    capture-wide shift is noise; so is a row whose time held while the others moved, and a
+    row below the noise floor on both sides (left out of the test).
     """
     if STRUCTURAL_TAGS.intersection(why):
         return STRUCTURAL, 0.0
-    if b is None or t is None or min(len(b.per_step), len(t.per_step)) < MIN_STEPS:
+    if change is None:
         return UNKNOWN, None
-    if len(b.per_step) != len(base.step_times) or len(t.per_step) != len(test.step_times):
+    if max(change.base, change.test) < noise_floor:
+        return NOISE, None
+    if tested is None:
         return UNKNOWN, None
-    p_time = _rank_sum_p(b.per_step, t.per_step)
-    p_share = _rank_sum_p([x / s for x, s in zip(b.per_step, base.step_times, strict=True) if s > 0],
-                          [x / s for x, s in zip(t.per_step, test.step_times, strict=True) if s > 0])
-    p = max(p_time, p_share)
-    # The size of the change from the medians of the steps: a few steps hit by interference
-    # (an op 50x slower while another process held the core) move a mean, not a median.
-    b_mid, t_mid = statistics.median(b.per_step), statistics.median(t.per_step)
-    delta = t_mid - b_mid
-    large = abs(delta) >= noise_floor and abs(delta) > RELATIVE_NOISE * max(b_mid, t_mid)
-    b_steps, t_steps = statistics.median(base.step_times), statistics.median(test.step_times)
-    same_way = b_steps > 0 and t_steps > 0 and (t_mid / t_steps - b_mid / b_steps) * delta > 0
+    p, excess = tested
+    size = abs(change.delta)
+    large = size >= noise_floor and size > RELATIVE_NOISE * max(change.base, change.test)
+    same_way = change.delta * excess > 0
     return (SIGNIFICANT if p < FAMILY_ALPHA / max(tests, 1) and large and same_way else NOISE), p
 
 
@@ -237,11 +331,14 @@ def diff(base: TraceProfile, test: TraceProfile) -> ProfileDiff:
     for key in keys:
         b, t = base.rows.get(key), test.rows.get(key)
         tagged.append((key, b, t, _why(b, t, test.has_device, key, floor)))
-    tests = sum(1 for _, b, t, why in tagged if b is not None and t is not None and not STRUCTURAL_TAGS.intersection(why))
+    changes = {key: _row_change(b, t, floor) for key, b, t, why in tagged if _testable(base, test, b, t, why)}
+    # A row below the noise floor on both sides can show no change that matters, and its
+    # log change (pinned near 0 by the floor) says nothing of how the capture moved.
+    tested = _between_captures({key: c for key, c in changes.items() if max(c.base, c.test) >= floor})
     rows = []
     for key, b, t, why in tagged:
         delta = (t.time if t else 0.0) - (b.time if b else 0.0)
-        significance, p_value = _significance(base, test, b, t, why, floor, tests)
+        significance, p_value = _significance(why, changes.get(key), tested.get(key), floor, len(tested))
         rows.append(
             DiffRow(
                 module=key[0],
@@ -259,7 +356,8 @@ def diff(base: TraceProfile, test: TraceProfile) -> ProfileDiff:
     # Structural rows by their size whatever the sign of the total (a new op is news even when
     # noise made the test side faster overall); the others in the direction of the total change.
     rows.sort(key=lambda r: (_tier(r), -_structural_size(r) if _tier(r) == 0 else -direction * r.delta, r.module, r.op))
-    return ProfileDiff(base=base, test=test, rows=rows)
+    shift = math.exp(statistics.median(changes[key].log_ratio for key in tested)) if tested else None
+    return ProfileDiff(base=base, test=test, rows=rows, shift=shift)
 
 
 def diff_traces(base: str | Path, test: str | Path, steps_used: str = FASTER_HALF) -> ProfileDiff:

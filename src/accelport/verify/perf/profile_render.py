@@ -8,6 +8,7 @@ from typing import Any
 from accelport.verify.perf.breakdown import OpStats, TraceProfile
 from accelport.verify.perf.profile_diff import (
     FAMILY_ALPHA,
+    MIN_ROWS,
     MIN_STEPS,
     NOISE,
     SIGNIFICANT,
@@ -147,13 +148,17 @@ def render_text(result: ProfileDiff, limit: int = 25) -> str:
 def significance_line(result: ProfileDiff) -> str:
     """One sentence on which rows are real changes and which are noise."""
     count = {kind: sum(1 for r in result.rows if r.significance == kind) for kind in (STRUCTURAL, SIGNIFICANT, NOISE, UNKNOWN)}
-    if count[UNKNOWN] and not (count[SIGNIFICANT] or count[NOISE]):
-        steps = min(result.base.steps, result.test.steps)
+    steps = min(result.base.steps, result.test.steps)
+    if count[UNKNOWN] and not (count[SIGNIFICANT] or count[NOISE]) and steps < MIN_STEPS:
         timing = (f"changed times not tested: {steps} step(s) per side, a per-step comparison needs "
-                  f"{MIN_STEPS} (profile more steps, e.g. `accelport profile --steps {max(MIN_STEPS, 8)}`)")
+                  f"{MIN_STEPS} (profile {max(MIN_STEPS, 8)} or more steps on each side)")
+    elif count[UNKNOWN] and not (count[SIGNIFICANT] or count[NOISE]):
+        timing = (f"changed times not tested: {count[UNKNOWN]} row(s) on both sides, judging one row's change "
+                  f"against the others' needs {MIN_ROWS}")
     else:
-        timing = (f"{count[SIGNIFICANT]} row(s) changed significantly across the steps, "
-                  f"{count[NOISE]} within noise (family-wise alpha {FAMILY_ALPHA})")
+        shift = "" if result.shift is None else f"; the median row took {result.shift:.2f}x, capture-wide"
+        timing = (f"{count[SIGNIFICANT]} row(s) changed significantly beyond how rows move between captures, "
+                  f"{count[NOISE]} within noise (family-wise alpha {FAMILY_ALPHA}){shift}")
     return f"changes: {count[STRUCTURAL]} structural (ops added, gone or called a different number of times); {timing}"
 
 
