@@ -207,8 +207,9 @@ def _row_change(b: OpStats, t: OpStats, offset: float) -> RowChange:
     own cost where a median does not. `offset` (the noise floor) is added to every step
     before the log, so that a row of a few microseconds cannot move by a large factor.
     """
-    base = sorted(math.log(x + offset) for x in b.per_step)
-    test = sorted(math.log(x + offset) for x in t.per_step)
+    offset = max(offset, 1e-9)  # never log(0), even for a trace whose steps have no length
+    base = sorted(math.log(max(x, 0.0) + offset) for x in b.per_step)
+    test = sorted(math.log(max(x, 0.0) + offset) for x in t.per_step)
     return RowChange(
         log_ratio=_quantile(test, LOW_QUANTILE) - _quantile(base, LOW_QUANTILE),
         error=math.hypot(_quantile_error(base, LOW_QUANTILE), _quantile_error(test, LOW_QUANTILE)),
@@ -224,14 +225,16 @@ def _between_captures(changes: dict[tuple[str, str], RowChange]) -> dict[tuple[s
     busier or quieter during one of them (every row moves together), and it does not move
     every op alike (on a shared 2-core CPU, gelu ran 3.6x slower in every step of one of two
     captures, its linears 2x, the other ops not at all). Steps within one capture cannot show
-    that; the other rows of the same pair can. So each row's log change is tested against
-    the other rows' log changes: their mean is the shift the whole capture took, their
-    standard deviation how far rows of an identical pair stray from it. The statistic is
-    the row's externally studentized deviation, (d - mean) / sqrt(sd^2 (1 + 1/m) + e^2)
-    over the m other rows, plus the row's own error e from its steps; it follows Student's
-    t with m - 1 degrees of freedom when the rows' changes scatter normally around the
-    shift (the Bonferroni outlier test). A real change in one op stands out of that spread;
-    a machine-wide slowdown moves the mean, not the row.
+    that; the other rows of the same pair can. So each row's log change d is tested against
+    the m other rows' log changes: their mean is the shift the whole capture took, and their
+    variance, less the mean squared error ē² their own steps explain, is tau², how far a row
+    of an identical pair strays from that shift. The statistic is the row's externally
+    studentized deviation, (d - mean) / sqrt(tau² (1 + 1/m) + e² + ē²/m), with e the row's
+    own error from its steps; it is taken as Student's t with m - 1 degrees of freedom, as
+    when the rows' changes scatter normally around the shift (the Bonferroni outlier test
+    of regression). A real change in one op stands out of that spread; a machine-wide
+    slowdown moves the mean, not the row; and in a pair where the machine moved several ops
+    far, the spread is wide and one more far-moved op is no surprise.
     """
     found = {}
     for key, change in changes.items():
