@@ -744,7 +744,7 @@ def test_too_few_rows_leave_significance_unknown_and_say_so(tmp_path):
     ops = {"aten::linear": 400.0, "aten::gelu": 150.0}
     result = _diff(tmp_path, _jittered(rng, ops, 12), _jittered(rng, dict(ops, **{"aten::gelu": 600.0}), 12))
     assert {r.significance for r in result.rows} == {profile.UNKNOWN}
-    assert f"needs {profile_diff.MIN_ROWS}" in profile.significance_line(result)
+    assert f"needs {profile.MIN_ROWS}" in profile.significance_line(result)
 
 
 def test_t_two_sided_p_matches_the_tables():

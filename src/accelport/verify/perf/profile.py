@@ -40,6 +40,7 @@ from accelport.verify.perf.capture import (
 from accelport.verify.perf.profile_diff import (
     FAMILY_ALPHA,
     HOST_BOUND_SHARE,
+    MIN_ROWS,
     MIN_STEPS,
     NOISE,
     NOISE_SHARE,
@@ -78,6 +79,7 @@ __all__ = [
     "FASTER_HALF",
     "HOST_BOUND_SHARE",
     "IDLE_OP",
+    "MIN_ROWS",
     "MIN_STEPS",
     "NOISE",
     "NOISE_SHARE",
