@@ -13,7 +13,6 @@ LIMIT = 800
 OVERSIZE = {
     "verify/numerics/dump.py": 1830,
     "verify/perf/profile.py": 1240,
-    "inventory/cxx.py": 1215,
     "verify/numerics/_recorder.c": 1020,
 }
 
