@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from dataclasses import replace
 
+from accelport import knowledge
 from accelport.findings import Finding, Location
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile, make_finding
 from accelport.inventory.cuda_api import Catalogue, catalogue
@@ -40,7 +41,6 @@ from accelport.inventory.cxx.syntax import (
     kernel_name,
 )
 from accelport.inventory.cxx.wrappers import (
-    _WRAPPED_FAMILIES,
     WRAPPER_RULE,
     Wrapper,
     _WrapperChecks,
@@ -71,21 +71,23 @@ class CxxScanner(FileScanner):
 
     name = "cxx"
     suffixes = (".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".inl", ".ipp", ".tcc", ".cu.inc")
-    prefilter = re.compile(
-        rb"cuda|CUDA|cu[A-Z]|CU_|cublas|CUBLAS|cudnn|CUDNN|cufft|curand|cusolver|cusparse|cub::|nccl|NCCL|nvtx|NVTX"
-        rb"|thrust|cute::|cutlass|CUTLASS|cutensor|cupti|__global__|__device__|__managed__|<<<|\basm\b|__asm__"
-        rb"|TORCH_LIBRARY|PYBIND11_MODULE|__shfl|__ballot|__activemask|__syncwarp|atomic[A-Z]|wmma|cooperative_groups"
-        rb"|(?i:warp_?size)|__nv_|__ldg|\btex[123]D|\bsurf[123]D|nvrtc|NVRTC|cuComplex|cuFloatComplex|cuDoubleComplex"
-    )
 
     def wants(self, data: bytes) -> bool:
-        if super().wants(data):
-            return True
-        extra = catalogue().user_prefilter
-        return extra is not None and extra.search(data) is not None
+        return prefilter().search(data) is not None
 
     def scan(self, source: SourceFile) -> list[Finding]:
         return _FileScan(source, catalogue()).run()
+
+
+@knowledge.derived_cache
+def prefilter() -> re.Pattern[bytes]:
+    """The byte pre-filter: the scanner's own patterns (rules/cxx.toml), every API family's words, every site symbol.
+
+    Shipped and site families are looked for alike: their words come from the catalogue.
+    """
+    patterns = [pattern.encode() for pattern in knowledge.read_toml("rules/cxx.toml")["prefilter"]["patterns"]]
+    words = [re.escape(word.encode()) for word in sorted(catalogue().prefilter_words)]
+    return re.compile(b"|".join([*patterns, *words]))
 
 
 class _FileScan(_ApiUses, _KernelChecks, _WrapperChecks):
@@ -169,7 +171,7 @@ class _FileScan(_ApiUses, _KernelChecks, _WrapperChecks):
                 if word in _ARCH_GUARDS:
                     finding = self.add("AP5009", match.span(), word)
                     merged.setdefault(_finding_key(finding), finding)
-                elif (entry := self.cat.lookup(word)) is not None and entry.family.key in _WRAPPED_FAMILIES:
+                elif (entry := self.cat.lookup(word)) is not None and entry.family.wrapped:
                     # `#if CUDNN_FRONTEND_MAJOR_VERSION > 1`: a library version test
                     count = len(self.findings)
                     self._api(entry, match.span(), word, call=False)

@@ -214,10 +214,6 @@ class _ApiUses:
                 return  # sinf, expf, __syncthreads: portable C++/HIP math and barriers
         elif family == "aten":
             rule = "AP1902" if symbol in _CUDA_DEVICE_CHECKS else "AP1901"
-        elif family == "wmma":
-            rule = "AP5008"
-        elif family == "cooperative_groups":
-            rule = "AP5012"
         else:
             rule = rule_for_family(entry.family)  # from the knowledge files: a site family needs no code
             if rule is None:

@@ -18,10 +18,6 @@ from accelport.inventory.cxx.syntax import (
 )
 
 WRAPPER_RULE = "AP4190"
-# What a wrapper forwards to: CUDA's C libraries and runtime/driver APIs (not ATen, device intrinsics or templates).
-_WRAPPED_FAMILIES = frozenset(
-    {"runtime", "driver", "cublas", "cudnn", "cufft", "curand", "cusolver", "cusparse", "nccl", "nvtx", "rtc", "cupti", "cutensor"}
-)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DEFINED = ": port it once and its callers follow"
 # Wrapper names followed into other files: not one short lower-case word (`step`, `forward`, `gemm`).
@@ -65,7 +61,7 @@ class _WrapperChecks:
         lows = [d[0] for d in definitions]
         seen, self._wrapper_seen = self._wrapper_seen, len(self.findings)  # each round looks at new findings only
         for finding, (start, _end) in zip(self.findings[seen:], self.spans[seen:], strict=True):
-            if finding.family not in _WRAPPED_FAMILIES:
+            if finding.family not in self.cat.wrapped_families:  # `wrapped = true` in the family's data
                 continue
             # The innermost definition holding the call (a method inside a class): the last one
             # starting before it that still holds it.
