@@ -130,3 +130,17 @@ def test_every_shipped_family_names_its_prefilter_words():
     # Without them a shipped family would be looked for by its namespaces too (`cg` matches nearly every file).
     families = knowledge.read_toml("cuda_api/families.toml")["family"]
     assert [key for key, table in families.items() if "prefilter" not in table] == []
+
+
+def test_the_names_a_rule_reports_come_from_the_data(shipped_data):
+    code = "void go(const void* k, void** args) { cudaLaunchKernel(k, 1, 1, args, 0, 0); }\n"
+    assert ("AP5004", "cudaLaunchKernel") in {(f.rule_id, f.symbol) for f in scan(code)}
+
+    def drop_symbol(data):
+        [launch] = [rule for rule in data["rule"] if rule["id"] == "AP5004"]
+        launch["symbols"].remove("cudaLaunchKernel")
+
+    shipped_data("rules/cxx.toml", drop_symbol)
+    found = {(f.rule_id, f.symbol) for f in scan(code)}
+    assert ("AP5004", "cudaLaunchKernel") not in found
+    assert ("AP2001", "cudaLaunchKernel") in found  # now only a runtime call, as the catalogue has it

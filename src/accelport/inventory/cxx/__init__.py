@@ -16,7 +16,7 @@ from accelport import knowledge
 from accelport.findings import Finding, Location
 from accelport.inventory.base import FileScanner, ScanSkipped, SourceFile, make_finding
 from accelport.inventory.cuda_api import Catalogue, catalogue
-from accelport.inventory.cxx.api import _ARCH_GUARDS, _ApiUses
+from accelport.inventory.cxx.api import _ApiUses, rule_names
 from accelport.inventory.cxx.kernels import (
     KERNEL_RULE,
     LAUNCH_RULE,
@@ -98,6 +98,7 @@ class _FileScan(_ApiUses, _KernelChecks, _WrapperChecks):
         # `data` is a same-length variant of the file (inactive #if branches blanked).
         self.data = source.text.encode("utf-8") if data is None else data
         self.cat = cat
+        self.names = rule_names()
         self.pos = _Positions(self.data)
         self.findings: list[Finding] = []
         self.reported_spans: set[tuple[int, str]] = set()
@@ -168,7 +169,7 @@ class _FileScan(_ApiUses, _KernelChecks, _WrapperChecks):
                 word = match.group().decode("ascii")
                 if _masked(mask, match.start()):
                     continue
-                if word in _ARCH_GUARDS:
+                if word in self.names.arch_guards:
                     finding = self.add("AP5009", match.span(), word)
                     merged.setdefault(_finding_key(finding), finding)
                 elif (entry := self.cat.lookup(word)) is not None and entry.family.wrapped:

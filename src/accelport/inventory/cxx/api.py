@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import re
+from dataclasses import dataclass, replace
 
 from accelport import knowledge
 from accelport.findings import BackendStatus, Category
@@ -14,7 +15,6 @@ from accelport.inventory.cxx.backends import (
     _rocm_name,
     _unsupported_off_cuda,
 )
-from accelport.inventory.cxx.kernels import _ATOMIC, _TEXTURE, _WARP
 from accelport.inventory.cxx.syntax import (
     _IDENT_TYPES,
     _WORD,
@@ -29,47 +29,42 @@ from accelport.inventory.kernel_equivalents import (
     equivalent_for_library_call,
 )
 
-_ARCH_GUARDS = frozenset(
-    {
-        "__CUDA_ARCH__",
-        "__CUDACC__",
-        "__CUDACC_RTC__",
-        "__NVCC__",
-        "__CUDACC_VER_MAJOR__",
-        "__CUDACC_VER_MINOR__",
-        "CUDART_VERSION",
-        "CUDA_VERSION",
-        "__CUDA_ARCH_FEAT_SM90_ALL",
-        "__CUDA_ARCH_LIST__",
-    }
-)
-_LAUNCH_APIS = frozenset(
-    {
-        "cudaLaunchKernel",
-        "cudaLaunchKernelExC",
-        "cudaLaunchKernelEx",
-        "cudaLaunchCooperativeKernel",
-        "cudaLaunchCooperativeKernelMultiDevice",
-        "cuLaunchKernel",
-        "cuLaunchKernelEx",
-        "cuLaunchCooperativeKernel",
-        "cuLaunchCooperativeKernelMultiDevice",
-    }
-)
-_MANAGED = frozenset({"cudaMallocManaged", "cuMemAllocManaged", "__managed__"})
-_REGISTRATIONS = frozenset(
-    {
-        "TORCH_LIBRARY",
-        "TORCH_LIBRARY_IMPL",
-        "TORCH_LIBRARY_FRAGMENT",
-        "PYBIND11_MODULE",
-        # torch's stable ABI (torch/csrc/stable/library.h, torch >= 2.9)
-        "STABLE_TORCH_LIBRARY",
-        "STABLE_TORCH_LIBRARY_IMPL",
-        "STABLE_TORCH_LIBRARY_FRAGMENT",
-    }
-)
-_CUDA_DEVICE_CHECKS = frozenset({"is_cuda", "kCUDA"})
+
+@dataclass(frozen=True, slots=True)
+class RuleNames:
+    """The CUDA names reported under rules of their own: each rule's `symbols` or `pattern` in rules/cxx.toml."""
+
+    arch_guards: frozenset[str]  # AP5009
+    launch_apis: frozenset[str]  # AP5004
+    managed: frozenset[str]  # AP9107
+    registrations: frozenset[str]  # AP5020
+    device_checks: frozenset[str]  # AP1902
+    warp: re.Pattern[str]  # AP5005
+    atomic: re.Pattern[str]  # AP5006
+    texture: re.Pattern[str]  # AP9105
+
+
+@knowledge.derived_cache
+def rule_names() -> RuleNames:
+    tables = {table["id"]: table for table in knowledge.read_toml("rules/cxx.toml")["rule"]}
+
+    def symbols(rule_id: str) -> frozenset[str]:
+        return frozenset(tables[rule_id]["symbols"])
+
+    def pattern(rule_id: str) -> re.Pattern[str]:
+        return re.compile(tables[rule_id]["pattern"])
+
+    return RuleNames(
+        arch_guards=symbols("AP5009"),
+        launch_apis=symbols("AP5004"),
+        managed=symbols("AP9107"),
+        registrations=symbols("AP5020"),
+        device_checks=symbols("AP1902"),
+        warp=pattern("AP5005"),
+        atomic=pattern("AP5006"),
+        texture=pattern("AP9105"),
+    )
+
 _TORCH_NAMESPACES = frozenset({"at", "c10", "torch"})
 
 
@@ -83,19 +78,19 @@ _HEADER_RULES = {
 }
 
 
-def _interesting(cat: Catalogue, word: str) -> bool:
+def _interesting(cat: Catalogue, names: RuleNames, word: str) -> bool:
     """Could this word be a CUDA token? Cached on the catalogue across files: names repeat."""
     known = cat.memo.get(word)
     if known is None:
         known = (
             word in cat.namespace_heads
-            or word in _ARCH_GUARDS
-            or word in _REGISTRATIONS
-            or word in _CUDA_DEVICE_CHECKS
-            or word in _MANAGED
-            or _WARP.fullmatch(word) is not None
-            or _ATOMIC.fullmatch(word) is not None
-            or _TEXTURE.fullmatch(word) is not None
+            or word in names.arch_guards
+            or word in names.registrations
+            or word in names.device_checks
+            or word in names.managed
+            or names.warp.fullmatch(word) is not None
+            or names.atomic.fullmatch(word) is not None
+            or names.texture.fullmatch(word) is not None
             or cat.lookup(word) is not None
         )
         if len(cat.memo) < 500_000:
@@ -110,7 +105,7 @@ class _ApiUses:
 
     def _identifiers(self, root, macro_bodies) -> None:
         words = {w.decode("ascii") for w in set(_WORD.findall(self.data))}
-        wanted = {w for w in words if _interesting(self.cat, w)}
+        wanted = {w for w in words if _interesting(self.cat, self.names, w)}
         if not wanted:
             return
         for start, word in _occurrences(self.data, wanted):
@@ -143,6 +138,7 @@ class _ApiUses:
         key = (outer.start_byte, "id")
         if key in self.reported_spans:
             return
+        names = self.names
         parent = outer.parent
         callee = outer
         if parent is not None and parent.type == "template_function":  # f<T>(...)
@@ -151,12 +147,12 @@ class _ApiUses:
         if outer is not node:
             qualified = _qualified_name(outer)
             entry = self.cat.lookup(qualified)
-            if entry is None and word not in _CUDA_DEVICE_CHECKS and qualified.split("::", 1)[0] in _TORCH_NAMESPACES:
+            if entry is None and word not in names.device_checks and qualified.split("::", 1)[0] in _TORCH_NAMESPACES:
                 # `at::CUDAGeneratorImpl`, `at::PhiloxCudaState`: ATen CUDA names outside at::cuda.
                 entry = self.cat.lookup(word) if word == qualified.rsplit("::", 1)[-1] else None
                 entry = entry if entry is not None and entry.family.key == "aten" else None
             if entry is None:
-                if word in _CUDA_DEVICE_CHECKS or qualified.endswith("DeviceType::CUDA"):
+                if word in names.device_checks or qualified.endswith("DeviceType::CUDA"):
                     self.reported_spans.add(key)
                     self.add("AP1902", outer, qualified)
                 return  # std::atomic, my::cuda::thing: not CUDA API
@@ -166,22 +162,22 @@ class _ApiUses:
         if node.type == "namespace_identifier":
             return
         self.reported_spans.add(key)
-        if word in _ARCH_GUARDS:
+        if word in names.arch_guards:
             self.add("AP5009", node, word)
-        elif word in _REGISTRATIONS:
+        elif word in names.registrations:
             self._registration(node, word)
-        elif word in _CUDA_DEVICE_CHECKS:
+        elif word in names.device_checks:
             self.add("AP1902", node, word, message=f"CUDA device-type check `{word}`: other accelerators report their own device type")
-        elif word in _MANAGED:
+        elif word in names.managed:
             self.add("AP9107", node, word, backends=_managed_backends(), replacement=_rocm_name(self.cat.lookup(word)))
-        elif (_WARP.fullmatch(word) or _ATOMIC.fullmatch(word) or _TEXTURE.fullmatch(word)) and not self._device_context(node):
+        elif (names.warp.fullmatch(word) or names.atomic.fullmatch(word) or names.texture.fullmatch(word)) and not self._device_context(node):
             return  # a host helper that happens to share the name (atomicAdd in a C++ file, a `texture` type)
-        elif _WARP.fullmatch(word):
+        elif names.warp.fullmatch(word):
             self._warp_intrinsic(node, word, parent if is_call else None)
-        elif _ATOMIC.fullmatch(word):
+        elif names.atomic.fullmatch(word):
             entry = self.cat.lookup(word)
             self.add("AP5006", node, word, replacement=_rocm_name(entry), backends=_kernel_backends())
-        elif _TEXTURE.fullmatch(word) and (is_call or node.type == "type_identifier"):
+        elif names.texture.fullmatch(word) and (is_call or node.type == "type_identifier"):
             self.add("AP9105", node, word, backends=_unsupported_off_cuda(rocm=BackendStatus.ALTERNATIVE))
         else:
             entry = self.cat.lookup(word)
@@ -191,9 +187,9 @@ class _ApiUses:
     def _api(self, entry: ApiEntry, node, symbol: str, *, call: bool) -> None:
         family = entry.family.key
         section = entry.section
-        if symbol in _LAUNCH_APIS:
+        if symbol in self.names.launch_apis:
             rule = "AP5004"
-        elif symbol in _MANAGED:
+        elif symbol in self.names.managed:
             self.add("AP9107", node, symbol, backends=_managed_backends(), replacement=_rocm_name(entry))
             return
         elif "Texture" in section or "Surface" in section:
@@ -213,7 +209,7 @@ class _ApiUses:
             else:
                 return  # sinf, expf, __syncthreads: portable C++/HIP math and barriers
         elif family == "aten":
-            rule = "AP1902" if symbol in _CUDA_DEVICE_CHECKS else "AP1901"
+            rule = "AP1902" if symbol in self.names.device_checks else "AP1901"
         else:
             rule = rule_for_family(entry.family)  # from the knowledge files: a site family needs no code
             if rule is None:

@@ -29,14 +29,6 @@ from accelport.inventory.kernel_equivalents import (
     equivalent_for_kernel,
 )
 
-_WARP = re.compile(
-    r"__(?:shfl(?:_up|_down|_xor)?(?:_sync)?|ballot(?:_sync)?|activemask|syncwarp|any(?:_sync)?|all(?:_sync)?"
-    r"|match_(?:any|all)_sync|reduce_(?:add|min|max|and|or|xor)_sync)"
-)
-_ATOMIC = re.compile(r"atomic(?:Add|Sub|Exch|Min|Max|Inc|Dec|CAS|And|Or|Xor)(?:_system|_block)?")
-_TEXTURE = re.compile(r"(?:tex|surf)(?:1D|2D|3D|Cubemap)\w*|cuda(?:Texture|Surface)Object_t|texture|surface")
-
-
 _FULL_MASKS = frozenset({"0xffffffff", "0xffffffffu", "0xffffffffull", "~0u", "0xffffffffffffffff"})
 _WARP_SIZE_NAME = re.compile(r"(?i)k?_?warp_?size")
 
