@@ -210,6 +210,8 @@ def test_a_site_family_produces_findings_with_no_code_change(tmp_path):
         ('[family.x]\ntitle = "X"\ncategory = "library-call"\nrule = "AP0000"\n', r"rule 'AP0000' is not a known rule ID"),
         ('[family.cublas]\ntitle = "X"\ncategory = "library-call"\n', r"a shipped family"),
         ('[family.x]\ntitle = "X"\ncategory = "library-call"\nrule = "AP4109"\nprefixes = "x"\n', r"`prefixes` must be a list"),
+        ('[family.x]\ntitle = "X"\ncategory = "library-call"\nrule = "AP4109"\nprefilter = "x"\n', r"`prefilter` must be a list"),
+        ('[family.x]\ntitle = "X"\ncategory = "library-call"\nrule = "AP4109"\nwrapped = "yes"\n', r"`wrapped` must be true or false"),
     ],
 )
 def test_a_bad_site_family_is_one_error_naming_the_file(tmp_path, table, message):

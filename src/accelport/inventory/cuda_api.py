@@ -35,6 +35,9 @@ class Family:
     sections: tuple[str, ...] = ()
     roc_library: str | None = None
     rule: str | None = None  # the rule a use of the family is reported under (see `rule_for_family`)
+    prefilter: tuple[str, ...] = ()  # words one of which every file using it holds (see `prefilter_words`)
+    wrapped: bool = False  # a project function calling it is reported as a wrapper of it
+    hipify: bool = False  # its symbols are listed in HIPIFY's tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,7 @@ class ApiEntry:
         for vendor, (status, _text) in self.family.vendors.items():
             if vendor in statuses:
                 statuses[vendor] = status
-        if "rocm" in statuses and self.family.key in HIPIFY_FAMILIES and self.in_table:
+        if "rocm" in statuses and self.family.hipify and self.in_table:
             if self.rocm and not self.cuda_removed:
                 statuses["rocm"] = BackendStatus.PORTABLE
             elif "rocm" not in self.family.vendors:
@@ -77,7 +80,7 @@ class ApiEntry:
         if self.rocm:
             tag = " (experimental)" if self.rocm_experimental else ""
             parts.append(f"ROCm: {self.rocm}{tag}")
-        elif self.family.key in HIPIFY_FAMILIES and self.in_table and "rocm" not in self.family.vendors:
+        elif self.family.hipify and self.in_table and "rocm" not in self.family.vendors:
             parts.append("ROCm: no HIP equivalent (HIPIFY)")
         for vendor, name in sorted(self.vendor_names.items()):
             parts.append(f"{vendor}: {name}")
@@ -96,11 +99,6 @@ class ApiEntry:
         if self.cuda_removed:
             notes.append(f"removed in CUDA {self.cuda_removed}")
         return ", ".join(notes)
-
-
-HIPIFY_FAMILIES = frozenset(
-    {"runtime", "driver", "device", "rtc", "cublas", "cudnn", "cufft", "curand", "cusolver", "cusparse", "cub", "cucomplex"}
-)
 
 
 def _status(text: str, origin: str) -> tuple[BackendStatus, str]:
@@ -138,6 +136,9 @@ class Catalogue:
                 sections=tuple(meta.get("sections", ())),
                 roc_library=meta.get("roc_library"),
                 rule=table.get("rule"),
+                prefilter=prefilter_words(table),
+                wrapped=bool(table.get("wrapped", False)),
+                hipify=key in tables,
             )
         missing = set(tables) - set(self.families)
         if missing:
@@ -147,16 +148,10 @@ class Catalogue:
             if entry.get("family") not in self.families:
                 raise UserError(f"[[cuda_api]] {entry.get('symbol')!r}: unknown family {entry.get('family')!r}; known: {', '.join(sorted(self.families))}")
             self._user[entry["symbol"]] = entry
-        # Site symbols and families need not contain "cuda": scanners' byte prefilters must also look for them.
-        site_words = set(self._user)
-        for key in families_toml.get("site_families", ()):
-            family = self.families[key]
-            site_words.update((*family.prefixes, *family.namespaces, *(h.rstrip("/") for h in family.headers)))
-        self.user_prefilter = (
-            re.compile(b"|".join(re.escape(word.encode()) for word in sorted(site_words, key=len, reverse=True)))
-            if site_words
-            else None
-        )
+        # Site symbols and families need not contain "cuda": scanners' byte prefilters look for every
+        # family's words and every site symbol.
+        self.prefilter_words = frozenset((*self._user, *(w for fam in self.families.values() for w in fam.prefilter)))
+        self.wrapped_families = frozenset(key for key, fam in self.families.items() if fam.wrapped)
         self._explicit = {sym: fam for fam in self.families.values() for sym in fam.symbols}
         # Longest namespace first so `nvcuda::wmma` wins over `wmma`.
         self._namespaces = sorted(
@@ -286,6 +281,13 @@ def catalogue() -> Catalogue:
     return result
 
 
+def prefilter_words(table: Mapping) -> tuple[str, ...]:
+    """A family table's pre-filter words: its `prefilter`, else its prefixes, namespaces and headers."""
+    if "prefilter" in table:
+        return tuple(table["prefilter"])
+    return (*table.get("prefixes", ()), *table.get("namespaces", ()), *(h.rstrip("/") for h in table.get("headers", ())))
+
+
 def rule_for_family(family: Family) -> str | None:
     """The rule a library family's uses are reported under: its `rule`, else the library-call rule of its family."""
     if family.rule:
@@ -318,10 +320,12 @@ def _checked_user_families(path: object, tables: object, shipped: set[str]) -> d
         except ValueError:
             raise UserError(f"{where}: unknown category {table['category']!r}; use one of "
                             f"{', '.join(c.value for c in Category)}") from None
-        for field_name in ("headers", "libraries", "prefixes", "namespaces", "sources"):
+        for field_name in ("headers", "libraries", "prefixes", "namespaces", "sources", "prefilter"):
             value = table.get(field_name, [])
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 raise UserError(f"{where}: `{field_name}` must be a list of non-empty strings")
+        if not isinstance(table.get("wrapped", False), bool):
+            raise UserError(f"{where}: `wrapped` must be true or false")
         if "rule" in table and (not isinstance(table["rule"], str) or table["rule"] not in knowledge.rules()):
             raise UserError(f"{where}: rule {table.get('rule')!r} is not a known rule ID; `accelport rules` lists them")
         checked[key] = table
