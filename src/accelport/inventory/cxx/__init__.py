@@ -143,7 +143,7 @@ class _FileScan(_ApiUses, _KernelChecks, _WrapperChecks):
                 return findings
             raise ScanSkipped(
                 f"not parseable as C/C++/CUDA: syntax errors cover {share:.0%} of the file; "
-                "check that it is C/C++ source, or exclude it with --exclude"
+                "check that it is C/C++ source, or exclude it from the scan"
             )
         return self._scan(root, captures)
 
