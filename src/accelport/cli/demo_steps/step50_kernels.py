@@ -36,6 +36,14 @@ def operator_named(replacement: str | None) -> str | None:
 
 def _validate(op_name: str) -> list[dict[str, Any]]:
     """Validate every implementation of one operator on CPU under the Triton interpreter."""
+    import importlib.util
+
+    from accelport.errors import MissingDependency
+
+    if importlib.util.find_spec("triton") is None:
+        # One line naming the extra, not a traceback from the validating child (seen from a wheel
+        # installed without [kernels]).
+        raise MissingDependency("triton", "kernels", "the demo's kernel step (accelport demo)")
     from accelport.kernels import KernelError, get, registry, validate
 
     try:
