@@ -203,8 +203,8 @@ def _flag_of(parser: argparse.ArgumentParser, args: argparse.Namespace, paramete
 def _parsers_to(parser: argparse.ArgumentParser, handler: object) -> list[argparse.ArgumentParser]:
     """The parsers from the top one down to the (sub)command whose handler is `handler`; [] if none has it.
 
-    Found by handler rather than by ``args.command``: a command's own positional may take that
-    name (`accelport run -- PROGRAM`), and a nested action (`kernels bench`) is one level deeper.
+    Found by handler rather than by the subcommand's name: a nested action (`kernels bench`) is
+    one level deeper than ``args.subcommand`` names.
     """
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -216,7 +216,7 @@ def _parsers_to(parser: argparse.ArgumentParser, handler: object) -> list[argpar
 
 
 def _flag_for(parser: argparse.ArgumentParser, handler: object, parameter: str) -> str:
-    """The flag of `command` whose value lands in `parameter` (its argparse dest), as the user would type it.
+    """The flag of the command run by `handler` whose value lands in `parameter` (its argparse dest), as typed.
 
     Library errors name their own parameters; the flag is found here, from the parser that
     read the line, so no table of flag spellings lives outside the CLI. A command module whose

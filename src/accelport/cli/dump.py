@@ -189,8 +189,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no summary line after the command"
     )
-    # Not dest "command": that is the subcommand's name, which the CLI needs to word a library
-    # error (errors.InvalidValue) as this command's flag.
+    # Read as args.program; the usage line still shows it as `command`.
     parser.add_argument(
         "program",
         metavar="command",

@@ -12,6 +12,7 @@ import importlib
 from functools import cache
 
 from accelport.inventory.base import FileScanner, claims
+from accelport.source.walk import kind_of
 
 # (module, class, suffixes, exact file names, file-name regexes), in the order scanners
 # claim files: the first claim wins.
@@ -79,10 +80,9 @@ def all_scanners() -> tuple[DeclaredScanner, ...]:
 
 
 def scanner_for(filename: str) -> DeclaredScanner | None:
-    for scanner in all_scanners():
-        if scanner.claims(filename):
-            return scanner
-    return None
+    """The scanner that claims `filename`, by the walk's own first-claim-wins rule."""
+    index = kind_of(all_scanners(), filename)
+    return None if index is None else all_scanners()[index]
 
 
 def load_scanners(indexes: set[int]) -> None:

@@ -60,7 +60,7 @@ class FileKind(Protocol):
     def claims(self, filename: str) -> bool: ...
 
 
-def _kind_of(kinds: Sequence[FileKind], filename: str) -> int | None:
+def kind_of(kinds: Sequence[FileKind], filename: str) -> int | None:
     """Index of the first kind that claims `filename` (first claim wins), or None."""
     for i, kind in enumerate(kinds):
         if kind.claims(filename):
@@ -230,7 +230,7 @@ def discover(
             kind = _KINDS.get(stat.S_IFMT(mode), "a special file")
             raise UserError(f"{root_arg}: is {kind}, not a source file or folder; pass a folder or a source file")
         if root.is_file():
-            scanner = _kind_of(kinds, root.name)
+            scanner = kind_of(kinds, root.name)
             if scanner is None:
                 raise UserError(
                     f"{root_arg}: not a kind of file accelport scans; pass a folder or a source file "
@@ -308,7 +308,7 @@ def _walk(
                     continue
                 subdirs.append((entry.path, rel, ignores, linked or entry.is_symlink()))
                 continue
-            scanner = _kind_of(kinds, entry.name)
+            scanner = kind_of(kinds, entry.name)
             if scanner is None:
                 if entry.name.endswith(TEMP_SUFFIX) and _STALE_TEMP.fullmatch(entry.name):
                     result.stale_temp.append(entry.path)
