@@ -121,6 +121,7 @@ class TraceProfile:
     steps_used: str = ALL_STEPS  # which steps the figures average (STEPS_USED)
     kept_steps: int = 0
     step_times: list[float] = field(default_factory=list)  # length of every profiled step, in order
+    captures: list[str] = field(default_factory=list)  # the trace of each capture, when several make one side
 
     @property
     def all_steps_total(self) -> float:
@@ -140,6 +141,7 @@ class TraceProfile:
             "all_steps_us_per_step": self.all_steps_total,
             "step_times_us": self.step_times,
             "events": self.events,
+            "captures": self.captures or [self.path],
         }
 
 
@@ -580,6 +582,53 @@ def _link_by_flows(trace: tr.Trace, device, owner, flow_starts, flow_owner) -> N
 
 def profile_trace(path: str | Path, steps_used: str = FASTER_HALF) -> TraceProfile:
     return summarize(tr.load_trace(path), steps_used)
+
+
+_WEIGHTED = ("calls", "time", "host_time", "cpu_time", "self_time", "device_time", "kernels", "copies", "transfers")
+
+
+def merge_captures(profiles: Sequence[TraceProfile]) -> TraceProfile:
+    """Several captures of one program as one side: each figure the mean over every kept step.
+
+    Each capture keeps its own steps (the faster half of its own, by default), so a
+    capture taken while the machine was busier does not lose all its steps to the
+    others. A row missing from a capture ran for no time in that capture's steps.
+    """
+    if len(profiles) == 1:
+        return profiles[0]
+    if not profiles:
+        raise ValueError("no capture to merge")
+    used = {p.steps_used for p in profiles}
+    if len(used) > 1:
+        raise ValueError(f"captures average different steps ({', '.join(sorted(used))})")
+    kept = sum(p.kept_steps for p in profiles)
+    keys = list(dict.fromkeys(key for p in profiles for key in p.rows))
+    rows = {}
+    for key in keys:
+        present = [(p, p.rows.get(key)) for p in profiles]
+        merged = OpStats(
+            **{name: sum(getattr(s, name) * p.kept_steps for p, s in present if s) / kept for name in _WEIGHTED},
+            comm=any(s.comm for _, s in present if s),
+            shapes=next((s.shapes for _, s in present if s and s.shapes), ""),
+            per_step=[x for p, s in present for x in (s.per_step if s else [0.0] * len(p.step_times))],
+        )
+        rows[key] = merged
+    devices = list(dict.fromkeys(p.device for p in profiles))
+    sources = list(dict.fromkeys(p.step_source for p in profiles))
+    return TraceProfile(
+        path=profiles[0].path,
+        device=", ".join(devices),
+        has_device=any(p.has_device for p in profiles),
+        steps=sum(p.steps for p in profiles),
+        step_source=", ".join(sources),
+        total=sum(p.total * p.kept_steps for p in profiles) / kept,
+        events=sum(p.events for p in profiles),
+        rows=rows,
+        steps_used=profiles[0].steps_used,
+        kept_steps=kept,
+        step_times=[t for p in profiles for t in p.step_times],
+        captures=[p.path for p in profiles],
+    )
 
 
 def profile_traces(paths: Sequence[str | Path], steps_used: str = FASTER_HALF) -> list[TraceProfile]:

@@ -14,6 +14,7 @@ from accelport.verify.perf.breakdown import (
     IDLE_OP,
     OpStats,
     TraceProfile,
+    merge_captures,
     profile_traces,
 )
 
@@ -316,16 +317,24 @@ def _tier(row: DiffRow) -> int:
     return {STRUCTURAL: 0, SIGNIFICANT: 1, UNKNOWN: 1}.get(row.significance, 2)
 
 
-def diff(base: TraceProfile, test: TraceProfile) -> ProfileDiff:
+def _side(profiles: TraceProfile | Sequence[TraceProfile]) -> list[TraceProfile]:
+    return [profiles] if isinstance(profiles, TraceProfile) else list(profiles)
+
+
+def diff(base: TraceProfile | Sequence[TraceProfile], test: TraceProfile | Sequence[TraceProfile]) -> ProfileDiff:
     """Rows of (module, op) with their delta, why-tags and significance, most telling first.
 
-    Rows are ranked by the kind of change (`_tier`: structural, then significant, then
-    noise), then structural rows by the size of their delta and the others by their delta
-    in the direction of the total change, so that a new op is never ranked below an
-    existing op whose time only wobbles.
+    Each side is one capture or several captures of the same program (`merge_captures`
+    makes their figures one side's). Rows are ranked by the kind of change (`_tier`:
+    structural, then significant, then noise), then structural rows by the size of their
+    delta and the others by their delta in the direction of the total change, so that a
+    new op is never ranked below an existing op whose time only wobbles.
     """
-    if base.steps_used != test.steps_used:
-        raise ValueError(f"both sides must average the same steps (base: {base.steps_used}, test: {test.steps_used})")
+    base_captures, test_captures = _side(base), _side(test)
+    used = {p.steps_used for p in (*base_captures, *test_captures)}
+    if len(used) > 1:
+        raise ValueError(f"both sides must average the same steps ({', '.join(sorted(used))})")
+    base, test = merge_captures(base_captures), merge_captures(test_captures)
     total = test.total - base.total
     keys = list(base.rows)
     keys += [k for k in test.rows if k not in base.rows]
@@ -363,9 +372,13 @@ def diff(base: TraceProfile, test: TraceProfile) -> ProfileDiff:
     return ProfileDiff(base=base, test=test, rows=rows, shift=shift)
 
 
-def diff_traces(base: str | Path, test: str | Path, steps_used: str = FASTER_HALF) -> ProfileDiff:
-    """Load two traces and diff them (the library call behind `accelport profile-diff`)."""
-    return diff(*profile_traces([base, test], steps_used))
+def diff_traces(base: str | Path | Sequence[str | Path], test: str | Path | Sequence[str | Path],
+                steps_used: str = FASTER_HALF) -> ProfileDiff:
+    """Load two sides, each one trace or several captures of it, and diff them (behind `accelport profile-diff`)."""
+    bases = [base] if isinstance(base, str | Path) else list(base)
+    tests = [test] if isinstance(test, str | Path) else list(test)
+    loaded = profile_traces([*bases, *tests], steps_used)
+    return diff(loaded[: len(bases)], loaded[len(bases):])
 
 
 def top_rows(result: ProfileDiff, limit: int | None) -> list[DiffRow]:
