@@ -1,7 +1,8 @@
 """profile-diff against noise: does a planted op rank first in fresh trace pairs, and does an identical pair show nothing?
 
-Each pair is two separate captures, one after the other, as a user makes them (no
-interleaving of the two sides' steps): the base model, then either the same model
+Each pair is two sides of --captures captures each (default 3; 1 gives a pair of single
+traces), every capture separate and one after the other as `accelport profile --captures`
+makes them (no interleaving of the two sides' steps): the base model, then either the same model
 with one small extra matmul in one block, --planted-rows rows of the block's hidden
 activations times a [512, 512] weight, a few percent of a step (a "planted" pair) or the base model again (an
 "identical" pair). Each trace holds --steps ProfilerSteps of an MLP stack on the CPU,
@@ -15,7 +16,7 @@ structural.
 machine (use 2 on a 2-core machine). Targets: planted first in every planted pair,
 no significant row in any identical pair.
 
-    python benchmarks/profile_noise.py [--pairs 20] [--steps 12] [--load 2]
+    python benchmarks/profile_noise.py [--pairs 20] [--steps 12] [--captures 3] [--load 2]
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=20, help="planted pairs, and as many identical pairs")
     parser.add_argument("--steps", type=int, default=12, help="profiled steps per trace")
+    parser.add_argument("--captures", type=int, default=3,
+                        help="captures per side, one after the other (1: a pair of single traces)")
     parser.add_argument("--load", type=int, default=0, help="busy-loop processes to run alongside")
     parser.add_argument("--planted-rows", type=int, default=32, help="rows of the planted matmul (1024 = as large as the block)")
     args = parser.parse_args(argv)
@@ -111,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             _capture(base_model, x, root / "warm.json", 2)
             for pair in range(args.pairs):
                 for kind, other in (("planted", planted_model), ("identical", base_model)):
-                    base = _capture(base_model, x, root / f"{pair}-{kind}-base.json", args.steps)
-                    test = _capture(other, x, root / f"{pair}-{kind}-test.json", args.steps)
+                    base = [_capture(base_model, x, root / f"{pair}-{kind}-base-{c}.json", args.steps)
+                            for c in range(args.captures)]
+                    test = [_capture(other, x, root / f"{pair}-{kind}-test-{c}.json", args.steps)
+                            for c in range(args.captures)]
                     result = profile.diff_traces(base, test)
                     if kind == "planted":
                         keys = [(r.module, r.op) for r in result.rows]
@@ -139,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "profile_noise",
         "pairs": args.pairs,
         "steps_per_trace": args.steps,
+        "captures_per_side": args.captures,
         "load_processes": args.load,
         "planted_rows": args.planted_rows,
         "planted_first": sum(1 for r in ranks if r == 1),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelport.verify.perf import replicates
 from accelport.verify.perf.breakdown import (
     FASTER_HALF,
     IDLE_OP,
@@ -36,6 +37,7 @@ FAMILY_ALPHA = 0.001  # chance that a pair of identical programs shows any signi
 MIN_STEPS = 4  # per side, for a per-step comparison
 MIN_ROWS = 3  # rows tested together: a row's change is judged against the spread of the others'
 LOW_QUANTILE = 0.25  # a row's time in a capture: the lower quartile of its steps (see `_row_change`)
+MAX_DF = 1000  # Student's t beyond this is the normal to the precision that matters here
 STRUCTURAL_TAGS = frozenset({"new-op", "missing-op", "more-calls", "fewer-calls"})
 
 
@@ -80,6 +82,12 @@ class ProfileDiff:
     # test/base of the median row tested for significance: the shift the whole capture took
     # (a busier machine, a faster device), which no single row is blamed for; None when untested
     shift: float | None = None
+    captures: tuple[int, int] = (1, 1)  # captures of the base side and of the test side
+
+    @property
+    def replicated(self) -> bool:
+        """Whether each row's own drift between captures was measured (`_between_replicates`), not assumed."""
+        return sum(self.captures) > 2
 
     @property
     def total_delta(self) -> float:
@@ -100,6 +108,8 @@ class ProfileDiff:
             "ratio": self.ratio,
             "rows_delta_sum_us": sum(r.delta for r in self.rows),
             "capture_shift": self.shift,
+            "captures": {"base": self.captures[0], "test": self.captures[1]},
+            "significance_test": "own drift between captures" if self.replicated else "against the other rows' changes",
             "rows": [r.to_dict() for r in self.rows],
         }
 
@@ -256,6 +266,77 @@ def _between_captures(changes: dict[tuple[str, str], RowChange]) -> dict[tuple[s
     return found
 
 
+def _capture_values(stats: OpStats, captures: Sequence[TraceProfile], offset: float) -> list[tuple[float, float]]:
+    """(log lower quartile, its standard error) of a merged row in each capture, from that capture's steps."""
+    offset = max(offset, 1e-9)
+    values, at = [], 0
+    for capture in captures:
+        steps = sorted(math.log(max(x, 0.0) + offset) for x in stats.per_step[at: at + len(capture.step_times)])
+        at += len(capture.step_times)
+        values.append((_quantile(steps, LOW_QUANTILE), _quantile_error(steps, LOW_QUANTILE)))
+    return values
+
+
+def _replicated_change(base: list[tuple[float, float]], test: list[tuple[float, float]], offset: float) -> RowChange:
+    """A row's change over several captures per side: the geometric mean of its captures' lower quartiles.
+
+    Not the quartile of all a side's steps pooled: a row slowed in one capture of three
+    would hide behind the other captures' fast steps there, and the change the test
+    weighs (`_between_replicates`) is one of capture means.
+    """
+    offset = max(offset, 1e-9)
+    low_base = statistics.fmean(y for y, _ in base)
+    low_test = statistics.fmean(y for y, _ in test)
+    return RowChange(
+        log_ratio=low_test - low_base,
+        error=math.hypot(math.sqrt(statistics.fmean(e**2 for _, e in base) / len(base)),
+                         math.sqrt(statistics.fmean(e**2 for _, e in test) / len(test))),
+        base=math.exp(low_base) - offset,
+        test=math.exp(low_test) - offset,
+    )
+
+
+def _between_replicates(values: dict[tuple[str, str], tuple[list[tuple[float, float]], list[tuple[float, float]]]]
+                        ) -> dict[tuple[str, str], tuple[float, float]]:
+    """(p-value, change beyond the capture-wide shift) of each row, from several captures per side.
+
+    With one capture per side, how far a row strays between captures can only be
+    assumed from the other rows (`_between_captures`), and a row the machine alone moved
+    in that one capture passes for a regression. With several, each row's own drift is
+    measured. Per capture, the shift every row took (the median over rows of each row's
+    deviation from its mean over all captures) is taken out; a row's change is then the
+    mean of its test captures less the mean of its base captures, and its variance the
+    pooled variance of its captures within each side (never below the mean squared
+    error of its captures' quartiles, which their own steps already show). That
+    variance, on (captures - 2) degrees of freedom, is moderated towards the rows' shared
+    one (`replicates`, the empirical Bayes t of Smyth 2004): a row that drifted in one
+    capture keeps its wide variance, rows that agree lend each other strength.
+    """
+    keys = list(values)
+    if len(keys) < MIN_ROWS:
+        return {}
+    k_base, k_test = len(values[keys[0]][0]), len(values[keys[0]][1])
+    df = k_base + k_test - 2
+    series = {key: [y for y, _ in values[key][0] + values[key][1]] for key in keys}
+    means = {key: statistics.fmean(ys) for key, ys in series.items()}
+    shifts = [statistics.median(series[key][c] - means[key] for key in keys) for c in range(k_base + k_test)]
+    changes, variances = {}, {}
+    for key in keys:
+        z = [y - shift for y, shift in zip(series[key], shifts, strict=True)]
+        base, test = z[:k_base], z[k_base:]
+        changes[key] = statistics.fmean(test) - statistics.fmean(base)
+        pooled = sum((x - statistics.fmean(side)) ** 2 for side in (base, test) for x in side) / df
+        measured = statistics.fmean(e**2 for _, e in values[key][0] + values[key][1])
+        variances[key] = max(pooled, measured, 1e-12)
+    d0, s0_squared = replicates.fit_prior(list(variances.values()), df)
+    found = {}
+    for key in keys:
+        variance, degrees = replicates.moderated(variances[key], df, d0, s0_squared)
+        t = changes[key] / math.sqrt(variance * (1 / k_base + 1 / k_test))
+        found[key] = (_t_two_sided_p(t, int(min(degrees, MAX_DF))), changes[key])
+    return found
+
+
 def _testable(base: TraceProfile, test: TraceProfile, b: OpStats | None, t: OpStats | None,
               why: tuple[str, ...]) -> bool:
     """Whether a row's changed time can be tested: on both sides, enough steps, not structural."""
@@ -343,10 +424,21 @@ def diff(base: TraceProfile | Sequence[TraceProfile], test: TraceProfile | Seque
     for key in keys:
         b, t = base.rows.get(key), test.rows.get(key)
         tagged.append((key, b, t, _why(b, t, test.has_device, key, floor)))
-    changes = {key: _row_change(b, t, floor) for key, b, t, why in tagged if _testable(base, test, b, t, why)}
+    testable = [(key, b, t) for key, b, t, why in tagged if _testable(base, test, b, t, why)]
+    replicated = len(base_captures) + len(test_captures) > 2
+    if replicated:
+        values = {key: (_capture_values(b, base_captures, floor), _capture_values(t, test_captures, floor))
+                  for key, b, t in testable}
+        changes = {key: _replicated_change(*sides, floor) for key, sides in values.items()}
+    else:
+        changes = {key: _row_change(b, t, floor) for key, b, t in testable}
     # A row below the noise floor on both sides can show no change that matters, and its
     # log change (pinned near 0 by the floor) says nothing of how the capture moved.
-    tested = _between_captures({key: c for key, c in changes.items() if max(c.base, c.test) >= floor})
+    judged = [key for key, c in changes.items() if max(c.base, c.test) >= floor]
+    if replicated:
+        tested = _between_replicates({key: values[key] for key in judged})
+    else:
+        tested = _between_captures({key: changes[key] for key in judged})
     rows = []
     for key, b, t, why in tagged:
         delta = (t.time if t else 0.0) - (b.time if b else 0.0)
@@ -369,7 +461,8 @@ def diff(base: TraceProfile | Sequence[TraceProfile], test: TraceProfile | Seque
     # noise made the test side faster overall); the others in the direction of the total change.
     rows.sort(key=lambda r: (_tier(r), -_structural_size(r) if _tier(r) == 0 else -direction * r.delta, r.module, r.op))
     shift = math.exp(statistics.median(changes[key].log_ratio for key in tested)) if tested else None
-    return ProfileDiff(base=base, test=test, rows=rows, shift=shift)
+    return ProfileDiff(base=base, test=test, rows=rows, shift=shift,
+                       captures=(len(base_captures), len(test_captures)))
 
 
 def diff_traces(base: str | Path | Sequence[str | Path], test: str | Path | Sequence[str | Path],

@@ -32,7 +32,8 @@ def describe_sides(result: ProfileDiff) -> list[tuple[str, str]]:
                      f"all steps: {format_ms(p.all_steps_total)} ms)")
         else:
             steps = f"{p.steps} step(s) from {p.step_source}"
-        return f"{p.path} ({where}; {steps}; {p.events} events)"
+        name = p.path if len(p.captures) < 2 else f"{p.path} and {len(p.captures) - 1} more capture(s)"
+        return f"{name} ({where}; {steps}; {p.events} events)"
 
     return [("base", side(result.base)), ("test", side(result.test))]
 
@@ -157,8 +158,16 @@ def significance_line(result: ProfileDiff) -> str:
                   f"against the others' needs {MIN_ROWS}")
     else:
         shift = "" if result.shift is None else f"; the median row took {result.shift:.2f}x, capture-wide"
-        timing = (f"{count[SIGNIFICANT]} row(s) changed significantly beyond how rows move between captures, "
-                  f"{count[NOISE]} within noise (family-wise alpha {FAMILY_ALPHA}){shift}")
+        if result.replicated:
+            against = f"each row's own drift between captures ({result.captures[0]} base, {result.captures[1]} test)"
+            caveat = ""
+        else:
+            against = "how rows move between captures"
+            caveat = ("; one capture per side, so a row's own drift between captures is assumed from the other "
+                      "rows, not measured: profile each side 3 times before acting on a significant row"
+                      if count[SIGNIFICANT] else "")
+        timing = (f"{count[SIGNIFICANT]} row(s) changed significantly beyond {against}, "
+                  f"{count[NOISE]} within noise (family-wise alpha {FAMILY_ALPHA}){shift}{caveat}")
     return f"changes: {count[STRUCTURAL]} structural (ops added, gone or called a different number of times); {timing}"
 
 
