@@ -141,7 +141,9 @@ def test_cli_profile_captures_into_a_folder_and_profile_diff_reads_two_folders(c
     paths = capture.capture_paths(folder, CAPTURES)
     assert sorted(folder.iterdir()) == paths
     assert all(len(_profiler_steps(path)) == STEPS for path in paths)
-    assert done.out.splitlines()[0].startswith(f"{CAPTURES} captures written to {folder}")
+    first, second = done.out.splitlines()[:2]
+    assert first.startswith(f"{CAPTURES} captures written to {folder}")
+    assert second.startswith(f"{folder}: ") and f"of {STEPS * CAPTURES} step(s)" in second
     assert "aten::linear" in done.out
 
     done = cli(*run[:-3], "--format", "json", *run[-3:])

@@ -15,6 +15,7 @@ program (3 is a good number); its figures are then the mean over the captures.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -84,7 +85,8 @@ def run_profile(args: argparse.Namespace) -> int:
                 "rows": [{"module": k[0], "op": k[1], **s.to_dict()} for k, s in summary.rows.items()]}
         emit(json.dumps(data, indent=2) + "\n", args.output)
     else:
-        emit(f"{where}\n" + profile.render_single(summary), args.output)
+        shown = dataclasses.replace(summary, path=str(trace))  # the figures are of the folder's captures, not the first
+        emit(f"{where}\n" + profile.render_single(shown), args.output)
     return 0
 
 
