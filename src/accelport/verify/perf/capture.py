@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import re
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from accelport.errors import UserError
 from accelport.verify.perf import trace as tr
 
 
@@ -94,25 +97,65 @@ def _export_trace(prof: Any, target: Path) -> None:
         prof.export_chrome_trace(str(tmp))
 
 
+def capture_paths(folder: str | Path, captures: int) -> list[Path]:
+    """Where `profiling(folder, captures=K)` writes its K traces: capture-1.json ... capture-K.json."""
+    return [Path(folder) / f"capture-{n}.json" for n in range(1, captures + 1)]
+
+
+def _natural_key(path: Path) -> list[Any]:
+    """capture-2 before capture-10: runs of digits compare as numbers."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", path.name)]
+
+
+def side_paths(path: str | Path) -> list[Path]:
+    """The traces of one side of a diff: a trace file, or a folder of captures of the same program.
+
+    A folder gives its direct children ending .json or .json.gz, in natural order. A path
+    that does not exist is returned as it is, for the trace loader to report by name.
+    """
+    target = Path(path)
+    if not target.is_dir():
+        return [target]
+    found = sorted((child for child in target.iterdir()
+                    if child.is_file() and child.name.endswith((".json", ".json.gz"))), key=_natural_key)
+    if not found:
+        raise UserError(f"{target}: folder holds no trace (no file ending .json or .json.gz); put the traces of "
+                        "several captures of one program there, or give a trace file")
+    return found
+
+
 @contextlib.contextmanager
 def profiling(trace_path: str | Path, *, steps: int, warmup: int = 1, model: Any = None,
-              device_type: str | None = None) -> Iterator[Callable[[], bool]]:
+              device_type: str | None = None, captures: int = 1) -> Iterator[Callable[[], bool]]:
     """Profile `warmup` + `steps` steps; yields `step()` to call after each step (False when done).
 
     The trace (Chrome/Kineto JSON) is written to `trace_path` atomically once the
     profiled steps are over, or when the block ends.
+
+    With `captures` > 1, `trace_path` is a folder (created if missing) and the cycle of
+    `warmup` + `steps` steps runs `captures` times, each cycle's trace written to its own
+    file (`capture_paths`); a cycle the block left unfinished is not written, and
+    capture-N.json files beyond the last one, from an earlier run, are removed.
     """
     import torch
 
+    if captures < 1:
+        raise ValueError(f"captures {captures}: must be at least 1")
+    several = captures > 1
     target = Path(trace_path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    written: list[bool] = []
+    targets = capture_paths(target, captures) if several else [target]
+    (target if several else target.parent).mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    stepping = [False]
 
     def export(prof: Any) -> None:
-        _export_trace(prof, target)
-        written.append(True)
+        if several and not stepping[0]:
+            return  # the block ended inside a cycle: half a capture would skew the between-capture spread
+        _export_trace(prof, targets[len(written)])
+        written.append(targets[len(written)])
 
-    schedule = torch.profiler.schedule(wait=0, warmup=warmup, active=steps, repeat=1)
+    cycle = warmup + steps
+    schedule = torch.profiler.schedule(wait=0, warmup=warmup, active=steps, repeat=captures)
     done = [0]
     with ModuleScopes(model), torch.profiler.profile(
         activities=choose_activities(device_type),
@@ -122,24 +165,42 @@ def profiling(trace_path: str | Path, *, steps: int, warmup: int = 1, model: Any
     ) as prof:
 
         def step() -> bool:
-            prof.step()
+            stepping[0] = True
+            try:
+                with warnings.catch_warnings():
+                    # torch warns that each cycle starts afresh: for captures that is the point.
+                    warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+                    prof.step()
+            finally:
+                stepping[0] = False
             done[0] += 1
-            return done[0] < warmup + steps
+            return done[0] < captures * cycle
 
         yield step
     if not written:
-        raise RuntimeError(f"{target}: the profiler wrote no trace; run at least {warmup + steps} steps")
+        raise RuntimeError(f"{target}: the profiler wrote no trace; run at least {captures * cycle} steps")
+    if len(written) < captures:
+        raise RuntimeError(f"{target}: the profiler wrote {len(written)} of {captures} captures after {done[0]} "
+                           f"steps; {captures} captures of {warmup} warmup + {steps} profiled steps need "
+                           f"{captures * cycle} steps")
+    if several:
+        for stale in target.glob("capture-*.json"):
+            number = stale.name[len("capture-"):-len(".json")]
+            if number.isdigit() and int(number) > captures:
+                stale.unlink()
 
 
 def capture(step_fn: Callable[[], Any], trace_path: str | Path, *, steps: int = 3, warmup: int = 1,
-            model: Any = None) -> Path:
-    """Run `step_fn` warmup+steps times under torch.profiler; returns the trace path."""
-    with profiling(trace_path, steps=steps, warmup=warmup, model=model) as step:
-        for _ in range(warmup + steps):
+            model: Any = None, captures: int = 1) -> Path:
+    """Run `step_fn` (warmup+steps) x captures times under torch.profiler; returns the trace path.
+
+    With `captures` > 1 the path is the folder holding capture-1.json ... capture-K.json.
+    """
+    with profiling(trace_path, steps=steps, warmup=warmup, model=model, captures=captures) as step:
+        for _ in range(captures * (warmup + steps)):
             step_fn()
             step()
     return Path(trace_path)
-
 
 
 def _child(argv: Sequence[str]) -> int:
@@ -152,9 +213,12 @@ def _child(argv: Sequence[str]) -> int:
     parser.add_argument("--trace", required=True)
     parser.add_argument("--steps", type=int)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--captures", type=int, default=1)  # > 1: --trace is the folder of the captures
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    if args.captures > 1 and not args.steps:
+        parser.error("several captures need --steps: each capture is a count of marked steps")
     try:
         import torch
     except ImportError:
@@ -166,7 +230,7 @@ def _child(argv: Sequence[str]) -> int:
     if args.steps:
         from accelport.verify.perf import bench
 
-        session = profiling(args.trace, steps=args.steps, warmup=args.warmup)
+        session = profiling(args.trace, steps=args.steps, warmup=args.warmup, captures=args.captures)
         step = session.__enter__()
 
         def hook() -> bool:

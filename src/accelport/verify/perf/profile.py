@@ -35,8 +35,10 @@ from accelport.verify.perf.capture import (
     ModuleScopes,
     _child,
     capture,
+    capture_paths,
     choose_activities,
     profiling,
+    side_paths,
 )
 from accelport.verify.perf.profile_diff import (
     FAMILY_ALPHA,
@@ -102,6 +104,7 @@ __all__ = [
     "add_diff_to_page",
     "as_rows",
     "capture",
+    "capture_paths",
     "choose_activities",
     "describe_sides",
     "diff",
@@ -115,6 +118,7 @@ __all__ = [
     "render_single",
     "render_text",
     "row_cells",
+    "side_paths",
     "significance_line",
     "summarize",
     "top_rows",
