@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 import textwrap
 
@@ -185,3 +186,16 @@ def test_profile_child_refuses_several_captures_without_steps(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         capture._child(["--trace", str(tmp_path), "--captures", "3", str(tmp_path / "x.py")])
     assert info.value.code == 2 and "several captures need" in capsys.readouterr().err
+
+
+def test_a_script_that_ends_before_every_capture_is_taken_says_so_in_one_line(tmp_path):
+    script = tmp_path / "short.py"
+    script.write_text("from accelport.verify.perf import bench\nfor _ in range(3):\n    bench.step()\n")
+    # A real process: the child's stderr is the user's too.
+    done = subprocess.run([sys.executable, "-m", "accelport", "profile", "--steps", "4", "--captures", "3",
+                           "--output-dir", str(tmp_path / "caps"), "--", sys.executable, str(script)],
+                          capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "run at least 15 steps" in done.stderr
+    assert not list((tmp_path / "caps").glob("capture-*.json"))

@@ -13,7 +13,7 @@ import pytest
 from accelport.verify.perf import breakdown, profile, replicates
 
 sys.path.insert(0, str(Path(__file__).parent))
-from profile_helpers import MODEL_OPS, _changed_rows, _diff, _diff_captures, _jittered, _moved
+from profile_helpers import MODEL_OPS, _changed_rows, _diff, _diff_captures, _moved
 
 needs_trace_reader = pytest.mark.skipif(
     importlib.util.find_spec("numpy") is None or importlib.util.find_spec("msgspec") is None,

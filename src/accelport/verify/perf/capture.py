@@ -233,9 +233,12 @@ def _child(argv: Sequence[str]) -> int:
         session = profiling(args.trace, steps=args.steps, warmup=args.warmup, captures=args.captures)
         step = session.__enter__()
 
+        closed = []
+
         def hook() -> bool:
             if step():
                 return True
+            closed.append(True)
             session.__exit__(None, None, None)
             raise SystemExit(0)  # the profiled steps are done (documented: the run stops here)
 
@@ -245,8 +248,12 @@ def _child(argv: Sequence[str]) -> int:
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise
-        else:
-            session.__exit__(None, None, None)
+        if not closed:  # the script ended before the profiled steps did
+            try:
+                session.__exit__(None, None, None)
+            except RuntimeError as exc:
+                print(f"accelport profile: {args.script}: {exc}", file=sys.stderr)
+                return 2
         return 0
     import torch
 
