@@ -6,6 +6,18 @@ import json
 
 from accelport.verify.perf import profile
 
+# A training loop that marks its steps: `accelport profile --steps N` must stop it after them.
+MARKED_SCRIPT = """
+    import torch
+    from accelport.verify.perf import bench
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    x = torch.randn(8, 16)
+    for i in range(1000):
+        model(x).sum().backward()
+        bench.step()
+    raise SystemExit("the profiler should have stopped the run after its steps")
+"""
+
 
 def _cpu_steps(steps: list[dict[str, float]]) -> list[dict]:
     """A host-only trace: each step runs its ops one after the other, for the given microseconds."""

@@ -7,11 +7,15 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from accelport.errors import UserError
 from accelport.verify.perf import capture, profile
+
+sys.path.insert(0, str(Path(__file__).parent))
+from profile_helpers import MARKED_SCRIPT
 
 try:
     import torch
@@ -25,16 +29,6 @@ needs_torch = pytest.mark.skipif(
 
 STEPS, WARMUP, CAPTURES = 2, 1, 3
 
-SCRIPT = """
-    import torch
-    from accelport.verify.perf import bench
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    x = torch.randn(8, 16)
-    for i in range(1000):
-        model(x).sum().backward()
-        bench.step()
-    raise SystemExit("the profiler should have stopped the run after its steps")
-"""
 
 
 def _profiler_steps(path) -> list[str]:
@@ -133,7 +127,7 @@ def test_profile_diff_of_a_folder_without_traces_is_one_line_exit_2(cli, tmp_pat
 @needs_torch
 def test_cli_profile_captures_into_a_folder_and_profile_diff_reads_two_folders(cli, tmp_path, captured):
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(SCRIPT))
+    script.write_text(textwrap.dedent(MARKED_SCRIPT))
     folder = tmp_path / "cpu"
     run = ("profile", "--steps", STEPS, "--warmup", WARMUP, "--captures", CAPTURES, "--output-dir", folder,
            "--", sys.executable, script)

@@ -17,7 +17,7 @@ from accelport.errors import UserError
 from accelport.verify.perf import breakdown, profile, profile_diff, trace
 
 sys.path.insert(0, str(Path(__file__).parent))
-from profile_helpers import MODEL_OPS, OPS, _changed_rows, _diff, _jittered, _moved
+from profile_helpers import MARKED_SCRIPT, MODEL_OPS, OPS, _changed_rows, _diff, _jittered, _moved
 
 try:
     import torch
@@ -482,16 +482,7 @@ def test_cli_profile_diff_out_of_range_options_are_usage_errors(cli, kineto_pair
 @needs_torch
 def test_cli_profile_runs_a_script_and_profiles_its_marked_steps(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""
-        import torch
-        from accelport.verify.perf import bench
-        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-        x = torch.randn(8, 16)
-        for i in range(1000):
-            model(x).sum().backward()
-            bench.step()
-        raise SystemExit("the profiler should have stopped the run after its steps")
-    """))
+    script.write_text(textwrap.dedent(MARKED_SCRIPT))
     out = tmp_path / "t.json"
     done = subprocess.run([sys.executable, "-m", "accelport", "profile", "--steps", "2", "--warmup", "1", "--trace", str(out),
                            "--", sys.executable, str(script)], capture_output=True, text=True, timeout=120)

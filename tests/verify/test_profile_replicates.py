@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import random
 import sys
@@ -13,7 +14,7 @@ import pytest
 from accelport.verify.perf import breakdown, profile, replicates
 
 sys.path.insert(0, str(Path(__file__).parent))
-from profile_helpers import MODEL_OPS, _changed_rows, _diff, _diff_captures, _moved
+from profile_helpers import MODEL_OPS, _changed_rows, _cpu_steps, _diff, _diff_captures, _moved
 
 needs_trace_reader = pytest.mark.skipif(
     importlib.util.find_spec("numpy") is None or importlib.util.find_spec("msgspec") is None,
@@ -130,7 +131,7 @@ def test_merged_captures_average_every_kept_step_and_still_add_up(tmp_path):
     paths = []
     for number, steps in enumerate(captures):
         path = tmp_path / f"c{number}.json"
-        path.write_text(__import__("json").dumps({"traceEvents": __import__("profile_helpers")._cpu_steps(steps)}))
+        path.write_text(json.dumps({"traceEvents": _cpu_steps(steps)}))
         paths.append(path)
     single = [breakdown.profile_trace(p) for p in paths]
     merged = breakdown.merge_captures(single)
