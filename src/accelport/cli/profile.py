@@ -72,9 +72,7 @@ def run_profile(args: argparse.Namespace) -> int:
     if code != 0 or not all(path.is_file() for path in paths):
         raise UserError(f"{script[0]}: profiling failed (exit code {code}); see the output above")
     if args.captures > 1:
-        from accelport.verify.perf import breakdown
-
-        summary = breakdown.merge_captures(profile.profile_traces(paths, args.steps_used))
+        summary = profile.merge_captures(profile.profile_traces(paths, args.steps_used))
         where = f"{len(paths)} captures written to {trace} ({paths[0].name} ... {paths[-1].name})"
     else:
         summary = profile.profile_trace(trace, args.steps_used)

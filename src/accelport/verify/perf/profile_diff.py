@@ -87,7 +87,7 @@ class ProfileDiff:
     @property
     def replicated(self) -> bool:
         """Whether each row's own drift between captures was measured (`_between_replicates`), not assumed."""
-        return sum(self.captures) > 2
+        return _replicated(self.captures)
 
     @property
     def total_delta(self) -> float:
@@ -218,15 +218,24 @@ def _row_change(b: OpStats, t: OpStats, offset: float) -> RowChange:
     own cost where a median does not. `offset` (the noise floor) is added to every step
     before the log, so that a row of a few microseconds cannot move by a large factor.
     """
-    offset = max(offset, 1e-9)  # never log(0), even for a trace whose steps have no length
-    base = sorted(math.log(max(x, 0.0) + offset) for x in b.per_step)
-    test = sorted(math.log(max(x, 0.0) + offset) for x in t.per_step)
+    low_base, error_base = _log_low_quartile(b.per_step, offset)
+    low_test, error_test = _log_low_quartile(t.per_step, offset)
     return RowChange(
-        log_ratio=_quantile(test, LOW_QUANTILE) - _quantile(base, LOW_QUANTILE),
-        error=math.hypot(_quantile_error(base, LOW_QUANTILE), _quantile_error(test, LOW_QUANTILE)),
+        log_ratio=low_test - low_base,
+        error=math.hypot(error_base, error_test),
         base=_quantile(sorted(b.per_step), LOW_QUANTILE),
         test=_quantile(sorted(t.per_step), LOW_QUANTILE),
     )
+
+
+def _log_offset(offset: float) -> float:
+    return max(offset, 1e-9)  # never log(0), even for a trace whose steps have no length
+
+
+def _log_low_quartile(per_step: Sequence[float], offset: float) -> tuple[float, float]:
+    """(lower quartile, its standard error) of log(step time + offset) over the given steps."""
+    logs = sorted(math.log(max(x, 0.0) + _log_offset(offset)) for x in per_step)
+    return _quantile(logs, LOW_QUANTILE), _quantile_error(logs, LOW_QUANTILE)
 
 
 def _between_captures(changes: dict[tuple[str, str], RowChange]) -> dict[tuple[str, str], tuple[float, float]]:
@@ -268,12 +277,10 @@ def _between_captures(changes: dict[tuple[str, str], RowChange]) -> dict[tuple[s
 
 def _capture_values(stats: OpStats, captures: Sequence[TraceProfile], offset: float) -> list[tuple[float, float]]:
     """(log lower quartile, its standard error) of a merged row in each capture, from that capture's steps."""
-    offset = max(offset, 1e-9)
     values, at = [], 0
     for capture in captures:
-        steps = sorted(math.log(max(x, 0.0) + offset) for x in stats.per_step[at: at + len(capture.step_times)])
+        values.append(_log_low_quartile(stats.per_step[at: at + len(capture.step_times)], offset))
         at += len(capture.step_times)
-        values.append((_quantile(steps, LOW_QUANTILE), _quantile_error(steps, LOW_QUANTILE)))
     return values
 
 
@@ -284,7 +291,7 @@ def _replicated_change(base: list[tuple[float, float]], test: list[tuple[float, 
     would hide behind the other captures' fast steps there, and the change the test
     weighs (`_between_replicates`) is one of capture means.
     """
-    offset = max(offset, 1e-9)
+    offset = _log_offset(offset)
     low_base = statistics.fmean(y for y, _ in base)
     low_test = statistics.fmean(y for y, _ in test)
     return RowChange(
@@ -413,6 +420,11 @@ def _tier(row: DiffRow) -> int:
     return {STRUCTURAL: 0, SIGNIFICANT: 1, UNKNOWN: 1}.get(row.significance, 2)
 
 
+def _replicated(captures: tuple[int, int]) -> bool:
+    """Several captures on at least one side: a row's own variance between captures has a degree of freedom."""
+    return sum(captures) > 2
+
+
 def _side(profiles: TraceProfile | Sequence[TraceProfile]) -> list[TraceProfile]:
     return [profiles] if isinstance(profiles, TraceProfile) else list(profiles)
 
@@ -440,7 +452,8 @@ def diff(base: TraceProfile | Sequence[TraceProfile], test: TraceProfile | Seque
         b, t = base.rows.get(key), test.rows.get(key)
         tagged.append((key, b, t, _why(b, t, test.has_device, key, floor)))
     testable = [(key, b, t) for key, b, t, why in tagged if _testable(base, test, b, t, why)]
-    replicated = len(base_captures) + len(test_captures) > 2
+    captures = (len(base_captures), len(test_captures))
+    replicated = _replicated(captures)
     if replicated:
         values = {key: (_capture_values(b, base_captures, floor), _capture_values(t, test_captures, floor))
                   for key, b, t in testable}
@@ -475,8 +488,7 @@ def diff(base: TraceProfile | Sequence[TraceProfile], test: TraceProfile | Seque
     # noise made the test side faster overall); the others in the direction of the total change.
     rows.sort(key=lambda r: (_tier(r), -_structural_size(r) if _tier(r) == 0 else -direction * r.delta, r.module, r.op))
     shift = math.exp(statistics.median(changes[key].log_ratio for key in tested)) if tested else None
-    return ProfileDiff(base=base, test=test, rows=rows, shift=shift,
-                       captures=(len(base_captures), len(test_captures)))
+    return ProfileDiff(base=base, test=test, rows=rows, shift=shift, captures=captures)
 
 
 def diff_traces(base: str | Path | Sequence[str | Path], test: str | Path | Sequence[str | Path],
